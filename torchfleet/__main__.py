@@ -1,0 +1,5 @@
+import sys
+
+from torchfleet.cli import main
+
+sys.exit(main())

@@ -1,0 +1,349 @@
+"""A local cluster of containers that stands in for a handful of GPU machines.
+
+Every node runs a real sshd with its own host keys, sits on one user-defined Docker network and
+carries a `docker0` bridge with the same address as every other node (the trap real Docker hosts
+set for NCCL). `up` writes an Ansible inventory for the nodes that the playbooks use exactly as
+they would use a real cluster's, with host key checking on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+IMAGE = "torchfleet/node:bookworm"
+BASE_IMAGE = "torchfleet/node-base:bookworm"
+PULL_BASE = "debian:bookworm"
+NODE_PACKAGES = ("python3", "openssh-server", "iproute2")
+LABEL = "org.torchfleet.cluster"
+RECIPE_LABEL = "org.torchfleet.recipe"
+DOMAIN = "torchfleet.test"
+DOCKERD_LOG = Path("/var/log/torchfleet-dockerd.log")
+
+
+class ClusterError(Exception):
+    """A problem the user can act on; the message says what and how."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str  # container name and inventory name
+    hostname: str  # short hostname inside the node
+    address: str  # address on the cluster network
+
+
+def log(message: str) -> None:
+    print(f"torchfleet: {message}", file=sys.stderr, flush=True)
+
+
+def run(argv: list[str], *, check: bool = True, capture: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, text=True, capture_output=capture, **kwargs)
+    if check and result.returncode != 0:
+        detail = (result.stderr or result.stdout or "").strip() if capture else ""
+        raise ClusterError(f"`{' '.join(argv)}` failed (exit {result.returncode}): {detail}")
+    return result
+
+
+def docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run(["docker", *args], check=check)
+
+
+# --- the engine -------------------------------------------------------------------------------
+
+
+def _engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return run(["docker", "info", "--format", "{{.ServerVersion}}"], check=False).returncode == 0
+
+
+def _debian_like() -> bool:
+    try:
+        text = Path("/etc/os-release").read_text()
+    except OSError:
+        return False
+    fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    ids = {fields.get("ID", "").strip('"')} | set(fields.get("ID_LIKE", "").strip('"').split())
+    return bool(ids & {"debian", "ubuntu"})
+
+
+def ensure_engine(wait_seconds: int = 90) -> None:
+    """Use a running Docker engine; as root on Debian/Ubuntu, install and start one if needed."""
+    if _engine_answers():
+        return
+    if os.geteuid() != 0 or not _debian_like():
+        raise ClusterError(
+            "no Docker engine answers. Install Docker (Debian/Ubuntu: `apt-get install docker.io`), "
+            "start it (`systemctl start docker`) and make sure `docker info` works for this user."
+        )
+    if shutil.which("dockerd") is None or shutil.which("docker") is None:
+        log("installing docker.io from the distribution's archive")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        run(["apt-get", "update", "-qq"], env=env)
+        run(["apt-get", "install", "-y", "-qq", "docker.io"], env=env)
+    log(f"starting dockerd in the background (log: {DOCKERD_LOG})")
+    with open(DOCKERD_LOG, "ab") as out:
+        subprocess.Popen(["dockerd"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        if _engine_answers():
+            return
+        time.sleep(1)
+    raise ClusterError(f"dockerd did not answer within {wait_seconds}s; see {DOCKERD_LOG}")
+
+
+# --- the node image ---------------------------------------------------------------------------
+
+
+def _recipe_files() -> dict[str, bytes]:
+    node = resources.files("torchfleet") / "node"
+    return {name: (node / name).read_bytes() for name in ("Dockerfile", "node-init")}
+
+
+def recipe_digest() -> str:
+    digest = hashlib.sha256()
+    for name, data in sorted(_recipe_files().items()):
+        digest.update(name.encode() + b"\0" + data + b"\0")
+    digest.update(" ".join(NODE_PACKAGES).encode())
+    return digest.hexdigest()[:16]
+
+
+def _image_exists(image: str) -> bool:
+    return docker("image", "inspect", image, check=False).returncode == 0
+
+
+def _image_label(image: str, label: str) -> str | None:
+    result = docker("image", "inspect", "--format", f'{{{{index .Config.Labels "{label}"}}}}', image, check=False)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def _debootstrap_base(mirror: str) -> None:
+    if os.geteuid() != 0:
+        raise ClusterError(
+            f"no registry answers for `docker pull {PULL_BASE}` and building the node image from "
+            "debootstrap needs root: run `torchfleet cluster up` as root once, or load a Debian 12 image "
+            f"as {PULL_BASE}."
+        )
+    if shutil.which("debootstrap") is None:
+        log("installing debootstrap")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        run(["apt-get", "install", "-y", "-qq", "debootstrap"], env=env)
+    with tempfile.TemporaryDirectory(prefix="torchfleet-rootfs-") as root:
+        log(f"no registry answers: building a Debian 12 root with debootstrap from {mirror}")
+        run([
+            "debootstrap", "--variant=minbase", "--include=" + ",".join(NODE_PACKAGES),
+            "bookworm", root, mirror,
+        ])
+        shutil.rmtree(Path(root, "var/cache/apt/archives"), ignore_errors=True)
+        shutil.rmtree(Path(root, "var/lib/apt/lists"), ignore_errors=True)
+        tar = subprocess.Popen(["tar", "-C", root, "-c", "."], stdout=subprocess.PIPE)
+        run(["docker", "import", "-", BASE_IMAGE], stdin=tar.stdout)
+        if tar.wait() != 0:
+            raise ClusterError("packing the debootstrap root with tar failed")
+
+
+def ensure_image(rebuild: bool = False) -> str:
+    """Build the node image unless one made from the same recipe is already there."""
+    digest = recipe_digest()
+    if not rebuild and _image_label(IMAGE, RECIPE_LABEL) == digest:
+        return IMAGE
+    if docker("pull", "-q", PULL_BASE, check=False).returncode == 0:
+        base = PULL_BASE
+    else:
+        if rebuild or not _image_exists(BASE_IMAGE):
+            _debootstrap_base(os.environ.get("TORCHFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian"))
+        base = BASE_IMAGE
+    log(f"building {IMAGE} from {base}")
+    with tempfile.TemporaryDirectory(prefix="torchfleet-image-") as context:
+        for name, data in _recipe_files().items():
+            Path(context, name).write_bytes(data)
+        Path(context, "node-init").chmod(0o755)
+        # The classic builder works against every engine version, BuildKit or not.
+        run(
+            ["docker", "build", "-q", "--build-arg", f"BASE={base}", "--label", f"{RECIPE_LABEL}={digest}",
+             "-t", IMAGE, context],
+            env=dict(os.environ, DOCKER_BUILDKIT="0"),
+        )
+    return IMAGE
+
+
+# --- the cluster ------------------------------------------------------------------------------
+
+
+def state_dir(name: str) -> Path:
+    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return base / "torchfleet" / name
+
+
+def default_inventory_path(name: str) -> Path:
+    return Path("inventory") / f"{name}.yml"
+
+
+def _containers(name: str) -> list[str]:
+    out = docker("ps", "-a", "--filter", f"label={LABEL}={name}", "--format", "{{.Names}}").stdout
+    return sorted(out.split())
+
+
+def _network(name: str) -> str:
+    return f"tf-{name}"
+
+
+def _ensure_network(name: str) -> None:
+    net = _network(name)
+    found = docker("network", "inspect", "--format", f'{{{{index .Labels "{LABEL}"}}}}', net, check=False)
+    if found.returncode == 0:
+        if found.stdout.strip() != name:
+            raise ClusterError(f"a Docker network named {net} exists and was not made by torchfleet; "
+                               f"remove it or choose another cluster name with --name")
+        return
+    docker("network", "create", "--label", f"{LABEL}={name}", net)
+
+
+def _ensure_key(state: Path) -> str:
+    key = state / "id_ed25519"
+    if not key.exists():
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"torchfleet-{state.name}", "-f", str(key)])
+    return (state / "id_ed25519.pub").read_text().strip()
+
+
+def _start_node(name: str, index: int, pubkey: str) -> None:
+    container = f"tf-{name}-node{index}"
+    hostname = f"node{index}"
+    fqdn = f"{hostname}.{name}.{DOMAIN}"
+    existing = docker("inspect", "--format", "{{.State.Running}} {{.Config.Image}}", container, check=False)
+    if existing.returncode == 0:
+        running, image = existing.stdout.split()
+        if image == IMAGE and running == "true":
+            return
+        if image == IMAGE:
+            docker("start", container)
+            return
+        docker("rm", "-f", container)
+    docker(
+        "run", "-d", "--name", container, "--hostname", hostname, "--domainname", f"{name}.{DOMAIN}",
+        "--label", f"{LABEL}={name}", "--network", _network(name),
+        "--network-alias", hostname, "--network-alias", fqdn,
+        "--cap-add", "NET_ADMIN", "--env", f"TORCHFLEET_AUTHORIZED_KEY={pubkey}",
+        IMAGE,
+    )
+
+
+def _node_facts(name: str, container: str) -> tuple[Node, list[str]]:
+    """Address and host keys of a started node, read through Docker, not over the network."""
+    net = _network(name)
+    info = json.loads(docker("inspect", container).stdout)[0]
+    address = info["NetworkSettings"]["Networks"][net]["IPAddress"]
+    node = Node(name=container, hostname=info["Config"]["Hostname"], address=address)
+    keys: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = docker("exec", container, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub", check=False)
+        keys = [" ".join(line.split()[:2]) for line in found.stdout.splitlines() if line.strip()]
+        if found.returncode == 0 and any(k.startswith("ssh-ed25519") for k in keys) and _port_open(address, 22):
+            return node, keys
+        time.sleep(0.5)
+    logs = docker("logs", "--tail", "20", container, check=False)
+    raise ClusterError(f"{container} did not start sshd within 60s; its log:\n{logs.stdout}{logs.stderr}")
+
+
+def _port_open(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _write_inventory(path: Path, name: str, nodes: list[tuple[Node, list[str]]], state: Path) -> None:
+    known_hosts = state / "known_hosts"
+    lines = []
+    for node, keys in nodes:
+        lines += [f"{node.name},{node.address} {key}" for key in keys]
+    known_hosts.write_text("\n".join(lines) + "\n")
+    hosts = "\n".join(f"        {n.name}:\n          ansible_host: {n.address}" for n, _ in nodes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"# Written by `torchfleet cluster up --name {name}`; removed by `torchfleet cluster down --name {name}`.\n"
+        "# A local cluster of containers, used by the playbooks like any real cluster.\n"
+        "all:\n  children:\n    cluster:\n      hosts:\n"
+        f"{hosts}\n"
+        "      vars:\n"
+        "        ansible_user: root\n"
+        f"        ansible_ssh_private_key_file: {state / 'id_ed25519'}\n"
+        # Host keys were read through `docker exec`, so checking stays strict.
+        f"        ansible_ssh_common_args: -o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes\n"
+        f"        torchfleet_head: {nodes[0][0].name}\n"
+    )
+
+
+def up(name: str = "local", nodes: int = 3, inventory: Path | None = None) -> Path:
+    if nodes < 1:
+        raise ClusterError(f"--nodes must be 1 or more, not {nodes}")
+    inventory = inventory or default_inventory_path(name)
+    ensure_engine()
+    ensure_image()
+    _ensure_network(name)
+    state = state_dir(name)
+    pubkey = _ensure_key(state)
+    wanted = [f"tf-{name}-node{i}" for i in range(nodes)]
+    for extra in set(_containers(name)) - set(wanted):
+        docker("rm", "-f", extra)
+    for index in range(nodes):
+        _start_node(name, index, pubkey)
+    facts = [_node_facts(name, container) for container in wanted]
+    _write_inventory(inventory, name, facts, state)
+    (state / "inventory-path").write_text(str(inventory.resolve()))
+    for node, _ in facts:
+        log(f"{node.name}  {node.hostname}  {node.address}")
+    log(f"inventory written to {inventory}")
+    return inventory
+
+
+def down(name: str = "local", inventory: Path | None = None) -> None:
+    """Remove the containers, network, inventory and state that `up` made for this name, only."""
+    recorded = state_dir(name) / "inventory-path"
+    if inventory is None:
+        inventory = Path(recorded.read_text()) if recorded.exists() else default_inventory_path(name)
+    if _engine_answers():
+        for container in _containers(name):
+            docker("rm", "-f", container)
+        net = _network(name)
+        found = docker("network", "inspect", "--format", f'{{{{index .Labels "{LABEL}"}}}}', net, check=False)
+        if found.returncode == 0 and found.stdout.strip() == name:
+            docker("network", "rm", net)
+    if inventory.exists() and inventory.read_text().startswith("# Written by `torchfleet cluster up"):
+        inventory.unlink()
+    shutil.rmtree(state_dir(name), ignore_errors=True)
+
+
+def status(name: str = "local") -> list[dict]:
+    if not _engine_answers():
+        return []
+    rows = []
+    for container in _containers(name):
+        info = json.loads(docker("inspect", container).stdout)[0]
+        nets = info["NetworkSettings"]["Networks"]
+        rows.append({
+            "name": container,
+            "running": info["State"]["Running"],
+            "address": nets.get(_network(name), {}).get("IPAddress", ""),
+        })
+    return rows
+
+
+def validate_name(name: str) -> str:
+    if not name or not all(c.isalnum() or c == "-" for c in name) or name.startswith("-"):
+        raise ClusterError(f"cluster name {name!r} is not valid: use letters, digits and '-'")
+    return name
+
