@@ -24,7 +24,7 @@ from pathlib import Path
 IMAGE = "torchfleet/node:bookworm"
 BASE_IMAGE = "torchfleet/node-base:bookworm"
 PULL_BASE = "debian:bookworm"
-NODE_PACKAGES = ("python3", "openssh-server", "iproute2")
+NODE_PACKAGES = ("python3", "openssh-server", "iproute2", "sudo")
 LABEL = "org.torchfleet.cluster"
 RECIPE_LABEL = "org.torchfleet.recipe"
 DOMAIN = "torchfleet.test"
@@ -170,7 +170,8 @@ def ensure_image(rebuild: bool = False) -> str:
         Path(context, "node-init").chmod(0o755)
         # The classic builder works against every engine version, BuildKit or not.
         run(
-            ["docker", "build", "-q", "--build-arg", f"BASE={base}", "--label", f"{RECIPE_LABEL}={digest}",
+            ["docker", "build", "-q", "--build-arg", f"BASE={base}",
+             "--build-arg", f"PACKAGES={' '.join(NODE_PACKAGES)}", "--label", f"{RECIPE_LABEL}={digest}",
              "-t", IMAGE, context],
             env=dict(os.environ, DOCKER_BUILDKIT="0"),
         )
