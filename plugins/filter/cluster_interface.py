@@ -15,8 +15,8 @@ description:
   - Returns the interface, address and network a node uses to reach the other nodes.
   - With O(network), the interface with an IPv4 address in that network; else the interface that
     holds the node's inventory address; else the interface of its default IPv4 route.
-  - Interfaces that match O(excluded) (lo, docker0, virbr*, br-*, veth* by default) are never picked:
-    a docker0 with the same address on every node is exactly what hangs NCCL.
+  - Interfaces that match O(excluded) are never picked. A docker0 with the same address on every
+    node is exactly what hangs NCCL.
 options:
   _input:
     description: The node's gathered facts (C(ansible_facts)).

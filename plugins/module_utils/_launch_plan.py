@@ -520,7 +520,11 @@ def render(plan: Plan) -> Rendered:
             argv = [plan.launcher or "mpirun", "-np", str(nnodes), "--map-by", "ppr:1:node"]
         argv += ["--bind-to", "none", "--hostfile", plan.hostfile_path,
                  "--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
-        if_include = plan.network or ",".join(ifaces)
+        # A CIDR covers every node whatever its NIC is called; written normalized (host bits 0).
+        if plan.network:
+            if_include = str(ipaddress.ip_network(plan.network, strict=False))
+        else:
+            if_include = ",".join(ifaces)
         if if_include:
             argv += ["--mca", "btl_tcp_if_include", if_include,
                      "--mca", "oob_tcp_if_include", if_include]

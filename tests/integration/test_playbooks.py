@@ -1,0 +1,62 @@
+"""The playbooks from a checkout: bad inventories stop before any node is touched."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def playbook(*args, inventory_text=None, tmp_path=None):
+    argv = ["ansible-playbook", *args]
+    if inventory_text is not None:
+        inventory = tmp_path / "hosts.yml"
+        inventory.write_text(inventory_text)
+        argv += ["-i", str(inventory)]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", ["setup.yml", "launch.yml"])
+def test_user_playbooks_parse_from_a_checkout(name):
+    result = playbook(name, "--syntax-check", "-e", "script=train.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Addresses on this machine only: these inventories are never connected to, the checks stop first.
+BAD_INVENTORIES = {
+    "empty group": ("all:\n  children:\n    cluster:\n      hosts: {}\n",
+                    "no hosts in group 'cluster'"),
+    "no group at all": ("all:\n  hosts:\n    a:\n      ansible_host: 127.0.0.2\n",
+                        "no hosts in group 'cluster'"),
+    "head outside the group": (
+        "all:\n  hosts:\n    outsider: {ansible_host: 127.0.0.9}\n  children:\n    cluster:\n      hosts:\n"
+        "        a: {ansible_host: 127.0.0.2}\n        b: {ansible_host: 127.0.0.3}\n"
+        "      vars:\n        torchfleet_head: outsider\n",
+        "torchfleet_head is 'outsider', which is not in group 'cluster' (a, b)"),
+    "one machine under two names": (
+        "all:\n  children:\n    cluster:\n      hosts:\n        a: {ansible_host: 127.0.0.2}\n"
+        "        b: {ansible_host: 127.0.0.3}\n        c: {ansible_host: 127.0.0.2}\n",
+        "a and c are both 127.0.0.2"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INVENTORIES))
+def test_bad_inventory_fails_before_any_node_is_touched(case, tmp_path):
+    text, message = BAD_INVENTORIES[case]
+    result = playbook("setup.yml", inventory_text=text, tmp_path=tmp_path)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0
+    assert message in output
+    # The only play that ran is the controller's check: no task reached a node.
+    assert "Make every node ready" not in output
+    assert "Traceback" not in output
+
+
+def test_launch_says_what_is_missing(tmp_path):
+    result = playbook("launch.yml", inventory_text="all: {}\n", tmp_path=tmp_path)
+    output = " ".join(result.stdout.split())
+    assert result.returncode != 0
+    assert "Name the training script: ansible-playbook launch.yml -e script=train.py" in output
+    result = playbook("launch.yml", "-e", "script=train.py", inventory_text="all: {}\n", tmp_path=tmp_path)
+    assert "cannot start train.py yet" in " ".join(result.stdout.split())
