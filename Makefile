@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 # Molecule, pytest and the playbooks find ansible-playbook, ansible and molecule in the venv.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test lint unit molecule down
+.PHONY: demo test lint unit molecule image down
 
 $(BIN)/torchfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,14 +25,16 @@ test: lint unit molecule
 lint: $(BIN)/torchfleet
 	ansible-lint
 
-unit: $(BIN)/torchfleet
+# The node image, built once and cached (and the Docker engine, started or installed if needed).
+image: $(BIN)/torchfleet
 	torchfleet cluster image
+
+unit: image
 	@command -v mpirun >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq openmpi-bin; } || { echo "install Open MPI (openmpi-bin) for the tests"; exit 1; }
 	pytest
 
-molecule: $(BIN)/torchfleet
-	torchfleet cluster image
+molecule: image
 	molecule test
 
 # Remove the demo's local cluster.

@@ -199,11 +199,18 @@ def _network(name: str) -> str:
     return f"tf-{name}"
 
 
+def _network_owner(name: str) -> str | None:
+    """The cluster label on this cluster's network; None when there is no such network."""
+    found = docker("network", "inspect", "--format", f'{{{{index .Labels "{LABEL}"}}}}', _network(name),
+                   check=False)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
 def _ensure_network(name: str) -> None:
     net = _network(name)
-    found = docker("network", "inspect", "--format", f'{{{{index .Labels "{LABEL}"}}}}', net, check=False)
-    if found.returncode == 0:
-        if found.stdout.strip() != name:
+    owner = _network_owner(name)
+    if owner is not None:
+        if owner != name:
             raise ClusterError(f"a Docker network named {net} exists and was not made by torchfleet; "
                                f"remove it or choose another cluster name with --name")
         return
@@ -319,10 +326,8 @@ def down(name: str = "local", inventory: Path | None = None) -> None:
     if _engine_answers():
         for container in _containers(name):
             docker("rm", "-f", container)
-        net = _network(name)
-        found = docker("network", "inspect", "--format", f'{{{{index .Labels "{LABEL}"}}}}', net, check=False)
-        if found.returncode == 0 and found.stdout.strip() == name:
-            docker("network", "rm", net)
+        if _network_owner(name) == name:
+            docker("network", "rm", _network(name))
     if inventory.exists() and inventory.read_text().startswith("# Written by `torchfleet cluster up"):
         inventory.unlink()
     shutil.rmtree(state_dir(name), ignore_errors=True)
