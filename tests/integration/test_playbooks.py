@@ -53,6 +53,38 @@ def test_bad_inventory_fails_before_any_node_is_touched(case, tmp_path):
     assert "Traceback" not in output
 
 
+# Two nodes that are never connected to: the spec checks stop the run before any task reaches them.
+GOOD_INVENTORY = ("all:\n  children:\n    cluster:\n      hosts:\n        a: {ansible_host: 127.0.0.2}\n"
+                  "        b: {ansible_host: 127.0.0.3}\n")
+BAD_SPECS = {
+    "unknown engine": ('{"python_env_engine": "pixi"}', "python_env_engine is 'pixi', which torchfleet does not know"),
+    "unpinned torch": ('{"python_env_packages": ["torch>=2.0", "numpy"]}',
+                       "torch must be pinned with == so every node gets the same build, but the spec says 'torch>=2.0'"),
+    "bare torch": ('{"python_env_packages": ["torch"]}', "torch must be pinned with =="),
+    "no torch": ('{"python_env_packages": ["numpy"]}', "python_env_packages has no torch"),
+    "torch twice": ('{"python_env_packages": ["torch==2.13.0", "torch==2.12.0"]}', "names torch more than once"),
+    "not a requirement": ('{"python_env_packages": ["torch==2.13.0", "numpy; rm -rf /"]}',
+                          "entries that are not requirement strings: numpy; rm -rf /"),
+    "conda without micromamba": ('{"python_env_engine": "conda", "python_env_conda_file": "env.yml"}',
+                                 "The conda engine needs python_env_conda_file"),
+    "micromamba url without checksum": (
+        '{"python_env_engine": "conda", "python_env_conda_file": "env.yml", "python_env_micromamba_url": "https://x/m"}',
+        "micromamba_url='https://x/m', checksum=''"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_bad_python_spec_fails_before_any_node_is_touched(case, tmp_path):
+    extra, message = BAD_SPECS[case]
+    result = playbook("setup.yml", "-e", extra, inventory_text=GOOD_INVENTORY, tmp_path=tmp_path)
+    output = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0
+    assert message in output
+    # Facts are read right after the checks: no task connected to a node.
+    assert "Read every node's facts afresh" not in output
+    assert "UNREACHABLE" not in output
+
+
 def test_launch_says_what_is_missing(tmp_path):
     result = playbook("launch.yml", inventory_text="all: {}\n", tmp_path=tmp_path)
     output = " ".join(result.stdout.split())

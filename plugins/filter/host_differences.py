@@ -1,0 +1,68 @@
+"""Filter `torchfleet.cluster.host_differences`: what differs between nodes that must be identical."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+DOCUMENTATION = r"""
+name: host_differences
+short_description: Name the nodes, and the values, that differ from the first node
+version_added: 1.0.0
+description:
+  - Takes, per node, a mapping of names to values (installed packages to versions, or
+    C(nccl) to a version) and returns one sentence per node that differs from the first node,
+    naming each name whose value differs, is missing or is extra.
+  - An empty list means every node holds the same values.
+options:
+  _input:
+    description: Node name to a mapping of names to values, in inventory order (the first is the reference).
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Fail when the environments differ
+  ansible.builtin.assert:
+    that: _differences | length == 0
+    fail_msg: "{{ _differences | join(' ') }}"
+  vars:
+    _differences: >-
+      {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'python_env_packages')))
+         | torchfleet.cluster.host_differences }}
+"""
+
+RETURN = r"""
+_value:
+  description: One sentence per node that differs from the first node.
+  type: list
+  elements: str
+"""
+
+
+def host_differences(values_by_host):
+    if not isinstance(values_by_host, dict):
+        raise AnsibleFilterError("host_differences expects a mapping of node names to mappings")
+    hosts = list(values_by_host)
+    if not hosts:
+        return []
+    first = hosts[0]
+    reference = values_by_host[first] or {}
+    sentences = []
+    for host in hosts[1:]:
+        values = values_by_host[host] or {}
+        parts = []
+        for name in sorted(set(reference) | set(values)):
+            if name not in values:
+                parts.append(f"{name} missing ({first} has {reference[name]})")
+            elif name not in reference:
+                parts.append(f"{name} {values[name]} extra ({first} has none)")
+            elif str(values[name]) != str(reference[name]):
+                parts.append(f"{name} {values[name]} ({first} has {reference[name]})")
+        if parts:
+            sentences.append(f"{host} differs from {first}: " + ", ".join(parts) + ".")
+    return sentences
+
+
+class FilterModule:
+    def filters(self):
+        return {"host_differences": host_differences}

@@ -1,0 +1,129 @@
+"""setup.yml on three real containers: a hand-changed package, a node that goes away, check mode.
+
+Molecule proves converge, idempotence and the verified state; these tests break the cluster the
+way people do and check that setup says so and puts it right.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "tfsetup"
+NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
+ENV_PYTHON = "/opt/torchfleet/envs/torchfleet/bin/python"
+pytestmark = pytest.mark.cluster
+
+
+def run(argv, **kwargs):
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, **kwargs)
+
+
+def recap(output):
+    """{host: {ok: N, changed: N, unreachable: N, failed: N}} from a PLAY RECAP."""
+    found = {}
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
+        found[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
+    return found
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("setup")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp / "state"),
+               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp / "facts"))
+    inventory = tmp / "inventory.yml"
+    up = run([sys.executable, "-m", "torchfleet", "cluster", "up", "--name", NAME, "--nodes", "3",
+              "--inventory", str(inventory)], env=env, timeout=900)
+    assert up.returncode == 0, up.stderr
+
+    def setup(*extra):
+        argv = ["ansible-playbook", "setup.yml", "-i", str(inventory),
+                "-e", f"ssh_trust_key_file={tmp / 'keys' / 'cluster_ed25519'}", *extra]
+        result = run(argv, env=env, timeout=1800)
+        return result.returncode, result.stdout + result.stderr
+
+    rc, output = setup()
+    assert rc == 0, output[-3000:]
+    yield setup
+    run([sys.executable, "-m", "torchfleet", "cluster", "down", "--name", NAME], env=env, timeout=300)
+
+
+def node_exec(node, *argv):
+    return run(["docker", "exec", node, *argv], timeout=300)
+
+
+def installed_version(node, package):
+    result = node_exec(node, ENV_PYTHON, "-c", f"import importlib.metadata as m; print(m.version('{package}'))")
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def old_filelock(tmp_path_factory):
+    """A real older wheel, fetched on the controller (nodes reach no index), as a user would copy it."""
+    dest = tmp_path_factory.mktemp("wheels")
+    result = run([sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(dest), "filelock==3.12.0"],
+                 timeout=300)
+    assert result.returncode == 0, result.stderr
+    return next(dest.glob("filelock-3.12.0-*.whl"))
+
+
+def test_a_package_changed_by_hand_is_reported_and_put_back(cluster, old_filelock):
+    spec_version = installed_version(NODES[0], "filelock")
+    assert spec_version and spec_version != "3.12.0"
+    assert run(["docker", "cp", str(old_filelock), f"{NODES[1]}:/tmp/"], timeout=60).returncode == 0
+    changed = node_exec(NODES[1], ENV_PYTHON, "-m", "pip", "install", "--no-index", "--no-deps",
+                        f"/tmp/{old_filelock.name}")
+    assert changed.returncode == 0, changed.stderr
+    assert node_exec(NODES[1], ENV_PYTHON, "-m", "pip", "uninstall", "--yes", "mpmath").returncode == 0
+    assert installed_version(NODES[1], "filelock") == "3.12.0"
+
+    # Check mode reports the difference between nodes, naming the node and the packages.
+    rc, output = cluster("--check")
+    flat = " ".join(output.split())
+    assert rc != 0
+    assert f"{NODES[1]}: filelock is 3.12.0, the spec says {spec_version}; mpmath is missing" in flat
+    assert (f"The Python environments differ between nodes: {NODES[1]} differs from {NODES[0]}: "
+            f"filelock 3.12.0 ({NODES[0]} has {spec_version}), mpmath missing") in flat
+    assert installed_version(NODES[1], "filelock") == "3.12.0"  # check mode changed nothing
+
+    # A real run reports it again and puts it right on that node only.
+    rc, output = cluster()
+    assert rc == 0, output[-3000:]
+    assert f"{NODES[1]}: filelock is 3.12.0, the spec says {spec_version}" in " ".join(output.split())
+    counts = recap(output)
+    assert counts[NODES[1]]["changed"] == 1
+    assert counts[NODES[0]]["changed"] == 0 and counts[NODES[2]]["changed"] == 0
+    assert installed_version(NODES[1], "filelock") == spec_version
+    assert installed_version(NODES[1], "mpmath") is not None
+
+
+def test_an_unreachable_node_is_named_and_the_rest_completes(cluster):
+    assert run(["docker", "stop", "--time", "1", NODES[2]], timeout=120).returncode == 0
+    try:
+        rc, output = cluster()
+    finally:
+        assert run(["docker", "start", NODES[2]], timeout=120).returncode == 0
+    counts = recap(output)
+    assert rc == 4, output[-3000:]  # ansible-playbook's code for unreachable hosts
+    assert f"fatal: [{NODES[2]}]: UNREACHABLE!" in output
+    assert counts[NODES[2]]["unreachable"] == 1
+    for node in NODES[:2]:
+        assert counts[node]["failed"] == 0 and counts[node]["unreachable"] == 0
+    # The NCCL check is the last task of setup: the healthy nodes got there.
+    assert re.search(rf"TASK \[torchfleet.cluster.nccl : Check that every node has the same NCCL.*\n"
+                     rf"ok: \[{NODES[0]}\]", output)
+
+    # Back again: the next run converges with every node.
+    rc, output = None, ""
+    for _ in range(3):  # sshd in the restarted container may need a moment
+        rc, output = cluster()
+        if rc != 4:
+            break
+    assert rc == 0, output[-3000:]
+    assert all(counts["failed"] == 0 and counts["unreachable"] == 0
+               for host, counts in recap(output).items())

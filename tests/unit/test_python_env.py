@@ -1,0 +1,136 @@
+"""Pure logic of the Python environment: wheel targets, locks, drift and cross-node differences."""
+
+import io
+import zipfile
+
+import pytest
+
+from ansible_collections.torchfleet.cluster.plugins.filter.host_differences import host_differences
+from ansible_collections.torchfleet.cluster.plugins.modules import python_env_sync as sync
+from ansible_collections.torchfleet.cluster.plugins.modules import wheelhouse
+
+
+def test_platform_tags_cover_every_glibc_up_to_the_nodes_own():
+    tags = wheelhouse.platform_tags("x86_64", "2.36")
+    assert tags[0] == "manylinux_2_36_x86_64"
+    assert "manylinux_2_28_x86_64" in tags and "manylinux_2_17_x86_64" in tags
+    assert "manylinux_2_37_x86_64" not in tags
+    assert "manylinux2014_x86_64" in tags and tags[-1] == "linux_x86_64"
+
+
+def test_platform_tags_leave_out_legacy_names_newer_than_the_glibc():
+    tags = wheelhouse.platform_tags("aarch64", "2.12")
+    assert "manylinux2014_aarch64" not in tags
+    assert "manylinux2010_aarch64" in tags
+
+
+def test_no_glibc_means_pure_python_wheels_only():
+    assert wheelhouse.platform_tags("x86_64", "") == []
+
+
+@pytest.mark.parametrize("versions, oldest", [
+    (["2.36", "2.35", "2.39"], "2.35"),
+    (["2.9", "2.36"], "2.9"),  # compared as numbers, not as text
+    (["2.36", ""], ""),
+    ([], ""),
+])
+def test_the_oldest_glibc_decides(versions, oldest):
+    assert wheelhouse.oldest_glibc(versions) == oldest
+
+
+def params(**overrides):
+    base = dict(packages=["torch==2.13.0", "numpy"], python_version="3.11", machine="x86_64", pip_args=[])
+    base.update(overrides)
+    return base
+
+
+def test_spec_key_ignores_order_and_follows_every_input():
+    key = wheelhouse.spec_key(params(), "2.36")
+    assert key == wheelhouse.spec_key(params(packages=["numpy", "torch==2.13.0"]), "2.36")
+    assert key != wheelhouse.spec_key(params(packages=["numpy", "torch==2.12.0"]), "2.36")
+    assert key != wheelhouse.spec_key(params(python_version="3.12"), "2.36")
+    assert key != wheelhouse.spec_key(params(), "2.35")
+    assert key != wheelhouse.spec_key(params(pip_args=["--index-url", "http://mirror"]), "2.36")
+
+
+def test_requirement_pins_read_exact_pins_only():
+    pins = wheelhouse.requirement_pins([
+        "nvidia-nccl-cu13==2.29.7; platform_system == \"Linux\"", "filelock", "sympy>=1.13.3",
+        "Typing_Extensions == 4.16.0"])
+    assert pins == {"nvidia-nccl-cu13": "2.29.7", "typing-extensions": "4.16.0"}
+
+
+def fake_torch_wheel(tmp_path, requires):
+    name = "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        metadata = "Name: torch\nVersion: 2.13.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        wheel.writestr("torch-2.13.0.dist-info/METADATA", metadata)
+    (tmp_path / name).write_bytes(buffer.getvalue())
+    return name
+
+
+def test_nccl_of_a_cuda_torch_must_match_the_spec(tmp_path):
+    name = fake_torch_wheel(tmp_path, ["filelock", 'nvidia-nccl-cu13==2.29.7; platform_system == "Linux"'])
+    pins = wheelhouse.torch_nccl_pins(str(tmp_path), [name])
+    assert pins == {"nvidia-nccl-cu13": "2.29.7"}
+    message = wheelhouse.nccl_conflict(["torch==2.13.0", "nvidia-nccl-cu12==2.29.7"], pins)
+    assert "nvidia-nccl-cu12==2.29.7" in message and "nvidia-nccl-cu13==2.29.7" in message
+    assert "nccl_package" in message and "nccl_version" in message
+    assert wheelhouse.nccl_conflict(["torch==2.13.0", "nvidia-nccl-cu13==2.29.7"], pins) is None
+
+
+def test_a_cpu_torch_takes_any_nccl(tmp_path):
+    name = fake_torch_wheel(tmp_path, ["filelock", "sympy>=1.13.3"])
+    assert wheelhouse.torch_nccl_pins(str(tmp_path), [name]) == {}
+    assert wheelhouse.nccl_conflict(["torch==2.13.0", "nvidia-nccl-cu12==2.29.7"], {}) is None
+
+
+def test_wheel_file_names_give_canonical_names_and_versions():
+    assert wheelhouse.wheel_name_version("typing_extensions-4.16.0-py3-none-any.whl") == ("typing-extensions", "4.16.0")
+    assert wheelhouse.wheel_name_version("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl") == ("torch", "2.13.0+cpu")
+
+
+def test_parse_lock_rejects_a_line_without_a_version():
+    assert sync.parse_lock(["Numpy==2.4.6", "torch==2.13.0+cpu"]) == {"numpy": "2.4.6", "torch": "2.13.0+cpu"}
+    with pytest.raises(ValueError, match="'numpy' is not name==version"):
+        sync.parse_lock(["numpy"])
+
+
+def test_differences_name_missing_changed_and_extra_packages():
+    installed = {"filelock": "3.12.0", "numpy": "2.4.6", "requests": "2.32.0", "pip": "23.0.1"}
+    wanted = {"filelock": "4.2.11", "numpy": "2.4.6", "mpmath": "1.3.0"}
+    sentences, install, remove = sync.differences(installed, wanted, keep={"pip"})
+    assert sentences == ["filelock is 3.12.0, the spec says 4.2.11", "mpmath is missing (spec: 1.3.0)",
+                         "requests 2.32.0 is installed but not in the spec"]
+    assert install == ["filelock==4.2.11", "mpmath==1.3.0"]
+    assert remove == ["requests"]
+
+
+def test_no_differences_when_the_environment_matches():
+    assert sync.differences({"numpy": "2.4.6", "pip": "24"}, {"numpy": "2.4.6"}, keep={"pip"}) == ([], [], [])
+
+
+def test_fingerprint_changes_with_any_package_or_the_python():
+    base = sync.fingerprint("3.11.2", {"numpy": "2.4.6", "torch": "2.13.0+cpu"})
+    assert base == sync.fingerprint("3.11.2", {"torch": "2.13.0+cpu", "numpy": "2.4.6"})
+    assert base != sync.fingerprint("3.11.2", {"numpy": "2.4.5", "torch": "2.13.0+cpu"})
+    assert base != sync.fingerprint("3.11.9", {"numpy": "2.4.6", "torch": "2.13.0+cpu"})
+
+
+def test_host_differences_name_nodes_and_packages():
+    found = host_differences({
+        "node0": {"numpy": "2.4.6", "torch": "2.13.0", "(python)": "3.11.2"},
+        "node1": {"numpy": "2.4.6", "torch": "2.13.0", "(python)": "3.11.2"},
+        "node2": {"numpy": "1.26.4", "torch": "2.13.0", "requests": "2.32", "(python)": "3.11.2"},
+        "node3": {"torch": "2.13.0", "(python)": "3.11.9"},
+    })
+    assert found == [
+        "node2 differs from node0: numpy 1.26.4 (node0 has 2.4.6), requests 2.32 extra (node0 has none).",
+        "node3 differs from node0: (python) 3.11.9 (node0 has 3.11.2), numpy missing (node0 has 2.4.6).",
+    ]
+
+
+def test_host_differences_of_identical_nodes_is_empty():
+    assert host_differences({"a": {"x": "1"}, "b": {"x": "1"}}) == []
+    assert host_differences({}) == []
