@@ -16,6 +16,8 @@ Public API
     ``slots`` its worker count (GPUs); ``interface`` the NIC holding ``address``.
 ``Plan(*, nodes, head, script, run_id, hostfile_path, ...)``
     Keyword-only; see the field comments on the class. ``validate(plan)`` checks it all.
+``RESERVED_ENV``
+    Variable names torchfleet sets itself; no plan may pass or set them.
 ``validate(plan) -> None``
     Raises ``PlanError`` on the first problem found.
 ``render(plan) -> Rendered``
@@ -54,6 +56,15 @@ Modes:
 - ``mpich``: HPE Cray PALS ``mpiexec -n NNODES --ppn 1 --cpu-bind none --hostfile F`` starts one
   ``torchrun`` per node, node rank from ``PMI_RANK`` (``PALS_RANKID`` as fallback). MPICH's
   Hydra spells binding differently (``-bind-to``), so this mode targets PALS.
+
+Open MPI modes add ``--mca plm_rsh_no_tree_spawn 1``: by default only the head holds the
+cluster's private SSH key, so only the head may start the remote daemons (Open MPI's tree spawn
+would have each daemon ssh on to further nodes). ``tree_spawn=True`` lifts this for clusters where
+every node holds the key.
+
+Node logs: with ``node_log_dir`` (torchrun and mpich modes) every node's torchrun gets
+``--log-dir=DIR --redirects=3 --tee=3``: each node keeps its workers' stdout/stderr under
+``DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/``, and the output still reaches the launcher.
 
 Environment: Open MPI gets ``-x NAME`` for every name (values travel in mpirun's own
 environment, never on the command line). In ``mpich`` mode ``--envall`` is passed instead:
@@ -95,7 +106,7 @@ _ADDRESS = re.compile(r"[A-Za-z0-9:][A-Za-z0-9._:-]{0,252}")  # DNS name or IP l
 _BAD_IF_PREFIXES = ("docker", "virbr", "br-", "veth")
 
 # Variables torchfleet sets itself; a user value would silently break the launch.
-_RESERVED_ENV = frozenset({
+RESERVED_ENV = frozenset({
     "TORCHFLEET_RUN_ID", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT",
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
 })
@@ -118,7 +129,7 @@ _ENV_OPTIONS = {"-x"} | _both_dashes(
 _MCA_OPTIONS = _both_dashes("mca", "gmca")
 _OWNED_MCA = frozenset({
     "pml", "btl", "btl_tcp_if_include", "btl_tcp_if_exclude", "oob_tcp_if_include",
-    "oob_tcp_if_exclude",
+    "oob_tcp_if_exclude", "plm_rsh_no_tree_spawn",
 })
 
 
@@ -149,6 +160,8 @@ class Plan:
     torchrun: str = "torchrun"  # torchrun on the nodes (torchrun and mpich modes)
     launcher: str | None = None  # default: "mpirun", or "mpiexec" in mpich mode
     log_dir: str | None = None  # per-rank logs (Open MPI --output-filename)
+    node_log_dir: str | None = None  # torchrun/mpich: each node's torchrun keeps worker logs here
+    tree_spawn: bool = False  # Open MPI: let daemons ssh on to further nodes (all need the key)
     network: str | None = None  # cluster CIDR; preferred over interface names for Open MPI
     env_pass: tuple[str, ...] = ()  # names forwarded from the launcher's environment
     env_secrets: tuple[str, ...] = ()  # as env_pass, but never displayed
@@ -219,7 +232,7 @@ def _check_env_name(name: str, what: str) -> None:
     if not _ENV_NAME.fullmatch(name):
         raise PlanError(f"{what}: {name!r} is not a valid environment variable name; use letters, "
                         f"digits and '_' only, not starting with a digit")
-    if name in _RESERVED_ENV:
+    if name in RESERVED_ENV:
         raise PlanError(f"{what}: {name} is set by torchfleet itself; remove it (interfaces come "
                         f"from the nodes, MASTER_* from the head, ranks from the launcher)")
 
@@ -421,8 +434,15 @@ def validate(plan: Plan) -> None:
         if plan.mode == "mpich":
             raise PlanError("log_dir (per-rank log files) needs Open MPI's --output-filename; in "
                             "mpich mode leave log_dir unset and keep mpiexec's own output")
+    if plan.node_log_dir is not None:
+        _check_text(plan.node_log_dir, "node_log_dir", "give a directory or leave it unset")
+        if plan.mode == "rank":
+            raise PlanError("node_log_dir (torchrun's worker logs) applies to torchrun and mpich "
+                            "modes; in rank mode use log_dir for per-rank logs")
     if plan.allow_run_as_root and plan.mode == "mpich":
         raise PlanError("allow_run_as_root is an Open MPI option; leave it unset in mpich mode")
+    if plan.tree_spawn and plan.mode == "mpich":
+        raise PlanError("tree_spawn is an Open MPI option; leave it unset in mpich mode")
     _check_env(plan)
     _check_extra_args(plan)
 
@@ -452,6 +472,9 @@ def _torchrun_words(plan: Plan, nnodes: int, nproc: int, head: Node, node_rank: 
     if nnodes > 1:
         words += ["--rdzv-backend=c10d", q(f"--rdzv-endpoint={_endpoint(head.address, plan.port)}"),
                   q(f"--rdzv-id={plan.run_id}")]
+    if plan.node_log_dir:
+        # --tee keeps the output flowing to the launcher as well as into the files.
+        words += [q(f"--log-dir={plan.node_log_dir}"), "--redirects=3", "--tee=3"]
     return words + [q(plan.script), '"$@"']
 
 
@@ -520,6 +543,8 @@ def render(plan: Plan) -> Rendered:
             argv = [plan.launcher or "mpirun", "-np", str(nnodes), "--map-by", "ppr:1:node"]
         argv += ["--bind-to", "none", "--hostfile", plan.hostfile_path,
                  "--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
+        if not plan.tree_spawn:
+            argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
         # A CIDR covers every node whatever its NIC is called; written normalized (host bits 0).
         if plan.network:
             if_include = str(ipaddress.ip_network(plan.network, strict=False))

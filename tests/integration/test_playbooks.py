@@ -85,10 +85,14 @@ def test_bad_python_spec_fails_before_any_node_is_touched(case, tmp_path):
     assert "UNREACHABLE" not in output
 
 
+def test_launch_without_nodes_says_so(tmp_path):
+    result = playbook("launch.yml", "-e", "script=examples/train.py", inventory_text="all: {}\n", tmp_path=tmp_path)
+    assert result.returncode != 0
+    assert "The inventory has no hosts in group 'cluster'" in " ".join(result.stdout.split())
+
+
 def test_launch_says_what_is_missing(tmp_path):
-    result = playbook("launch.yml", inventory_text="all: {}\n", tmp_path=tmp_path)
+    result = playbook("launch.yml", inventory_text=GOOD_INVENTORY, tmp_path=tmp_path)
     output = " ".join(result.stdout.split())
     assert result.returncode != 0
     assert "Name the training script: ansible-playbook launch.yml -e script=train.py" in output
-    result = playbook("launch.yml", "-e", "script=train.py", inventory_text="all: {}\n", tmp_path=tmp_path)
-    assert "cannot start train.py yet" in " ".join(result.stdout.split())

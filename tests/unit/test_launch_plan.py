@@ -69,7 +69,7 @@ def shell_tail(argv: list[str]) -> list[str]:
 
 TORCHRUN_3X2 = [
     "mpirun", "-np", "3", "--map-by", "ppr:1:node", "--bind-to", "none", "--hostfile", HOSTFILE,
-    "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+    "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "plm_rsh_no_tree_spawn", "1",
     "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
     "-x", "TORCHFLEET_RUN_ID", "-x", "NCCL_SOCKET_IFNAME", "-x", "GLOO_SOCKET_IFNAME",
     "/bin/sh", "-c",
@@ -235,6 +235,33 @@ def test_log_dir_root_and_extra_args_go_before_the_program():
                                "--allow-run-as-root", "--mca", "btl_tcp_links", "2", "--tag-output"]
 
 
+@pytest.mark.parametrize("mode", ["torchrun", "rank"])
+def test_open_mpi_starts_every_daemon_from_the_head_unless_told(mode):
+    # Only the head holds the cluster key by default: no daemon may ssh on to another node.
+    argv = render(make_plan(mode=mode)).argv
+    at = argv.index("plm_rsh_no_tree_spawn")
+    assert argv[at - 1:at + 2] == ["--mca", "plm_rsh_no_tree_spawn", "1"]
+    assert "plm_rsh_no_tree_spawn" not in render(make_plan(mode=mode, tree_spawn=True)).argv
+
+
+def test_mpich_mode_has_no_tree_spawn_option():
+    assert "plm_rsh_no_tree_spawn" not in render(make_plan(mode="mpich")).argv
+
+
+@pytest.mark.parametrize("mode", ["torchrun", "mpich"])
+def test_node_log_dir_keeps_worker_logs_and_tees_to_the_launcher(mode):
+    script = shell_tail(render(make_plan(mode=mode, node_log_dir="/runs/r 1/workers")).argv)[2]
+    assert " '--log-dir=/runs/r 1/workers' --redirects=3 --tee=3 /opt/tf/train.py \"$@\"" in script
+    assert "--log-dir" not in shell_tail(render(make_plan(mode=mode)).argv)[2]
+
+
+def test_node_log_dir_on_one_node_too():
+    rendered = render(make_plan(nodes=(node(1),), node_log_dir="/runs/w"))
+    assert shell_tail(rendered.argv)[2] == (
+        "exec torchrun --standalone --nnodes=1 --nproc-per-node=2 --log-dir=/runs/w "
+        '--redirects=3 --tee=3 /opt/tf/train.py "$@"')
+
+
 def test_nproc_per_node_overrides_uneven_slots():
     nodes = (node(1, slots=8), node(2, slots=4))
     rendered = render(make_plan(nodes=nodes, nproc_per_node=4))
@@ -325,6 +352,9 @@ def test_plan_error_is_a_value_error():
     (dict(mode="rank", nproc_per_node=2), "in rank mode each node runs its slots"),
     (dict(mode="mpich", log_dir="/var/log/tf"), "in mpich mode leave log_dir unset"),
     (dict(mode="mpich", allow_run_as_root=True), "allow_run_as_root is an Open MPI option"),
+    (dict(mode="mpich", tree_spawn=True), "tree_spawn is an Open MPI option"),
+    (dict(mode="rank", node_log_dir="/runs/w"), "in rank mode use log_dir for per-rank logs"),
+    (dict(node_log_dir=""), "node_log_dir must be a non-empty string"),
 ])
 def test_invalid_plans_are_refused_with_a_fix(overrides, expected):
     with pytest.raises(PlanError) as err:
@@ -376,6 +406,7 @@ def test_uneven_slot_message_stays_short_on_big_clusters():
     (("-x", "FOO=bar"), "'-x' passes environment on the command line; use env_pass"),
     (("--mca", "btl_tcp_if_include", "docker0"), "overrides an MCA parameter torchfleet sets"),
     (("-mca", "pml", "ucx"), "'-mca pml' overrides an MCA parameter"),
+    (("--mca", "plm_rsh_no_tree_spawn", "0"), "overrides an MCA parameter torchfleet sets"),
     ((5,), "mpirun_extra_args must contain only strings, found 5"),
     (("",), "mpirun_extra_args contains an empty string"),
     ("--tag-output", "mpirun_extra_args must be a list of strings"),
@@ -598,6 +629,7 @@ GOLDEN_PLANS = {
         run_id="ddp-20240828.1", hostfile_path="/home/train/.torchfleet/runs/ddp-20240828.1/hosts",
         torchrun="/opt/torchfleet/env/bin/torchrun", network="172.18.0.0/16",
         log_dir="/home/train/.torchfleet/runs/ddp-20240828.1/logs",
+        node_log_dir="/home/train/.torchfleet/runs/ddp-20240828.1/workers",
         env_pass=("HF_HOME",), env_secrets=("WANDB_API_KEY", "HF_TOKEN"),
         env_set={"NCCL_DEBUG": "WARN"}, mpirun_extra_args=("--mca", "btl_tcp_links", "2"),
     ),
@@ -605,14 +637,14 @@ GOLDEN_PLANS = {
         nodes=(Node("head", "10.0.0.1", 4, "eth0"), Node("w1", "10.0.0.2", 2, "ens5")),
         head="head", mode="rank", script="/srv/train/mpi_ddp.py", script_args=("--batch", "64"),
         run_id="rank-run", hostfile_path="/tmp/torchfleet/rank-run/hosts", port=29511,
-        python="/opt/torchfleet/env/bin/python", allow_run_as_root=True,
+        python="/opt/torchfleet/env/bin/python", allow_run_as_root=True, tree_spawn=True,
     ),
     "mpich_pals_two_nodes": Plan(
         nodes=(Node("dec0001", "10.140.0.11", 4, "hsn0"), Node("dec0002", "10.140.0.12", 4, "hsn0")),
         head="dec0001", mode="mpich", script="tutorials/print_hostinfo.py", run_id="pals-1",
         hostfile_path="/glade/work/u/.torchfleet/pals-1/hosts",
         torchrun="/glade/work/u/env/bin/torchrun", launcher="/opt/cray/pals/1.2/bin/mpiexec",
-        env_pass=("LD_LIBRARY_PATH",),
+        env_pass=("LD_LIBRARY_PATH",), node_log_dir="/glade/work/u/.torchfleet/pals-1/workers",
     ),
 }
 
@@ -694,7 +726,13 @@ def test_real_mpirun_accepts_the_rendered_command(tmp_path, fake_program, mode, 
     result = subprocess.run(rendered.argv, env=env, cwd=tmp_path, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
-    reports = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    # Open MPI forwards each rank's writes as they come: one rank's newline can land after the
+    # next rank's line, so read whole JSON objects rather than lines.
+    decoder, reports, at = json.JSONDecoder(), [], result.stdout.find("{")
+    while at != -1:
+        report, end = decoder.raw_decode(result.stdout, at)
+        reports.append(report)
+        at = result.stdout.find("{", end)
     assert len(reports) == expected_ranks
     for report in reports:
         assert report["argv"][-3:] == list(args)

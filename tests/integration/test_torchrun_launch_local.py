@@ -1,0 +1,395 @@
+"""The torchrun_launch module through real Ansible and real Open MPI, on a one-node cluster.
+
+This machine is the whole cluster: its own non-loopback address as the node, two slots, rank mode
+(one MPI rank per slot), and training scripts in plain Python written by the tests, so neither
+torch nor a GPU is needed. Every run gets a run id of its own, and whatever of it is left is
+stopped at the end of each test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_launch as tl
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE = "torchfleet.cluster.torchrun_launch"
+ANSIBLE = str(Path(sys.executable).with_name("ansible")) \
+    if Path(sys.executable).with_name("ansible").exists() else shutil.which("ansible")
+LIMIT = 120  # seconds: generous bounds for polls, never expected to be reached
+
+SCRIPT = """\
+import hashlib, os, signal, sys, time
+rank = int(os.environ["RANK"])
+print(f"RANK={rank} WORLD_SIZE={os.environ['WORLD_SIZE']} RUN={os.environ['TORCHFLEET_RUN_ID']}",
+      flush=True)
+if "TF_TEST_SECRET" in os.environ:
+    print("SECRET_SHA256=" + hashlib.sha256(os.environ["TF_TEST_SECRET"].encode()).hexdigest(),
+          flush=True)
+action = os.environ.get("TF_TEST_ACTION", "")
+if action == "leak":
+    print("LEAKED=" + os.environ["TF_TEST_SECRET"], flush=True)
+if rank == 1 and action == "exit":
+    print("rank 1 gives up", file=sys.stderr, flush=True)
+    sys.exit(3)
+if rank == 1 and action == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+if action == "sleep":
+    time.sleep(3600)
+"""
+
+
+def local_address() -> str:
+    # A UDP "connect" sends nothing; it only asks the kernel which source address it would use.
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("192.0.2.254", 9))
+        address = sock.getsockname()[0]
+    assert not address.startswith("127."), "these tests need a non-loopback IPv4 address"
+    return address
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def alive(run_id: str) -> list[dict]:
+    return tl.find_run_processes({run_id})
+
+
+def poll(condition, what: str, limit: float = LIMIT):
+    deadline = time.monotonic() + limit
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.2)
+
+
+def wait_for_ranks(run_id: str):
+    poll(lambda: len([p for p in alive(run_id) if "train.py" in p["cmdline"]]) == 2,
+         f"both ranks of {run_id}")
+
+
+class Cluster:
+    """Runs the module on localhost through `ansible`, one call per run."""
+
+    def __init__(self, tmp_path: Path):
+        assert ANSIBLE, "ansible (ansible-core) is needed next to this Python or on PATH"
+        assert shutil.which("mpirun"), "Open MPI's mpirun is needed: apt-get install openmpi-bin"
+        self.tmp = tmp_path
+        self.script = tmp_path / "train.py"
+        self.script.write_text(SCRIPT)
+        self.runs_dir = tmp_path / "runs"
+        self.run_ids: list[str] = []
+        self.background: list[subprocess.Popen] = []
+
+    def args(self, **overrides) -> dict:
+        run_id = f"it-{uuid.uuid4().hex[:10]}"
+        self.run_ids.append(run_id)
+        args = {"nodes": [{"name": "here", "address": local_address(), "slots": 2}],
+                "head": "here", "mode": "rank", "script": str(self.script),
+                "python": sys.executable, "run_id": run_id, "master_port": free_port(),
+                "log_dir": str(self.runs_dir), "allow_run_as_root": os.geteuid() == 0,
+                "launch_timeout": 600, "stop_grace": 5}
+        args.update(overrides)
+        if args.get("run_id") and args["run_id"] not in self.run_ids:
+            self.run_ids.append(args["run_id"])
+        return args
+
+    def command(self, args: dict, tree: Path, check: bool) -> list[str]:
+        argv = [ANSIBLE, "localhost", "-i", "localhost,", "-c", "local", "-m", MODULE,
+                "-a", json.dumps(args), "-t", str(tree), "-v",
+                "-e", f"ansible_python_interpreter={sys.executable}"]
+        return argv + (["--check"] if check else [])
+
+    def run(self, args: dict, check: bool = False):
+        """(ansible's rc, its stdout+stderr, the module's result)."""
+        tree = self.tmp / f"tree-{uuid.uuid4().hex[:8]}"
+        done = subprocess.run(self.command(args, tree, check), cwd=REPO, env=self.env(),
+                              capture_output=True, text=True, timeout=600)
+        output = done.stdout + done.stderr
+        assert (tree / "localhost").exists(), output
+        return done.returncode, output, json.loads((tree / "localhost").read_text())
+
+    def start(self, args: dict):
+        """Start a run in the background, in a session of its own like a terminal's job."""
+        tree = self.tmp / f"tree-{uuid.uuid4().hex[:8]}"
+        proc = subprocess.Popen(self.command(args, tree, False), cwd=REPO, env=self.env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        self.background.append(proc)
+        return proc, tree
+
+    @staticmethod
+    def env() -> dict:
+        return {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"}
+
+    def cleanup(self):
+        for proc in self.background:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=LIMIT)
+        left = tl.find_run_processes(set(self.run_ids))
+        if left:
+            tl.stop_processes(left, 1)
+        return left
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    cluster = Cluster(tmp_path)
+    yield cluster
+    assert cluster.cleanup() == [], "a test left processes of its runs behind"
+
+
+def rank_file(result: dict, rank: int, stream: str = "stdout") -> Path:
+    return Path(result["rank_logs_dir"]) / "1" / f"rank.{rank}" / stream
+
+
+# ---------------------------------------------------------------------------------------------
+
+def test_success_runs_every_rank_and_keeps_their_logs(cluster):
+    args = cluster.args()
+    rc, output, result = cluster.run(args)
+    assert rc == 0, output
+    assert result["changed"] is True and result["rc"] == 0 and result["timed_out"] is False
+    assert result["world_size"] == 2 and result["nodes"] == ["here"]
+    run_dir = cluster.runs_dir / args["run_id"]
+    assert result["log_dir"] == str(run_dir)
+    assert oct(run_dir.stat().st_mode & 0o777) == "0o750"
+    assert (run_dir / "hostfile").read_text() == f"{local_address()} slots=2\n"
+    assert result["argv"][:3] == ["mpirun", "-np", "2"]
+    for rank in (0, 1):
+        assert rank_file(result, rank).read_text().splitlines()[0] == \
+            f"RANK={rank} WORLD_SIZE=2 RUN={args['run_id']}"
+    launcher = Path(result["launcher_log"]).read_text()
+    assert f"RANK=0 WORLD_SIZE=2 RUN={args['run_id']}" in launcher
+    assert any("RANK=1 WORLD_SIZE=2" in line for line in result["stdout_tail"])
+    assert alive(args["run_id"]) == []
+
+    # The same run id again: its directory exists, the launch is refused.
+    rc, output, again = cluster.run(args)
+    assert rc != 0
+    assert f"{run_dir} already exists" in again["msg"]
+
+
+def test_a_rank_exiting_3_is_reported_with_its_log(cluster):
+    args = cluster.args(env_set={"TF_TEST_ACTION": "exit"})
+    rc, output, result = cluster.run(args)
+    assert rc != 0
+    assert result["rc"] == 3  # Open MPI passes the first failed rank's status through
+    assert (result["failed_rank"], result["failed_host"], result["failed_exit_code"]) == \
+        (1, "here", 3)
+    assert result["failed_log"] == str(rank_file(result, 1, "stderr"))
+    assert result["failed_log_tail"] == ["rank 1 gives up"]
+    assert "rank 1 on here exited with code 3 first" in result["msg"]
+    assert result["launcher_log"] in result["msg"]
+
+
+def test_a_rank_killed_by_a_signal_is_128_plus_n(cluster):
+    args = cluster.args(env_set={"TF_TEST_ACTION": "kill"})
+    rc, output, result = cluster.run(args)
+    assert rc != 0
+    assert result["rc"] == 128 + signal.SIGKILL
+    assert (result["failed_rank"], result["failed_exit_code"]) == (1, 128 + signal.SIGKILL)
+    assert "was killed by SIGKILL (exit code 137)" in result["msg"]
+
+
+def test_launch_timeout_stops_the_whole_run(cluster):
+    args = cluster.args(env_set={"TF_TEST_ACTION": "sleep"}, launch_timeout=3, stop_grace=2)
+    rc, output, result = cluster.run(args)
+    assert rc != 0
+    assert result["timed_out"] is True
+    assert "outlived launch_timeout=3s and was stopped" in result["msg"]
+    assert alive(args["run_id"]) == []  # the module checked before it returned
+    for rank in (0, 1):  # the ranks had started
+        assert rank_file(result, rank).read_text().startswith(f"RANK={rank}")
+
+
+def test_a_live_run_refuses_a_new_launch_until_stopped(cluster):
+    first = cluster.args(env_set={"TF_TEST_ACTION": "sleep"})
+    proc, tree = cluster.start(first)
+    wait_for_ranks(first["run_id"])
+    pids = {p["pid"] for p in alive(first["run_id"])}  # mpirun and the two ranks
+    assert len(pids) == 3
+
+    rc, output, refused = cluster.run(cluster.args())
+    assert rc != 0
+    assert f"an earlier torchfleet run is still alive on this node: {first['run_id']}" \
+        in refused["msg"]
+    assert "ansible-playbook launch.yml -e action=stop" in refused["msg"]
+    assert refused["runs"] == [{"run_id": first["run_id"], "pids": sorted(pids)}]
+    assert not (cluster.runs_dir / refused["run_id"]).exists()
+
+    # Check mode reports what would be stopped and leaves it running.
+    rc, output, would = cluster.run({"state": "stopped", "run_id": first["run_id"]}, check=True)
+    assert rc == 0, output
+    assert would["changed"] is True
+    assert would["runs"] == [{"run_id": first["run_id"], "pids": sorted(pids)}]
+    assert {p["pid"] for p in alive(first["run_id"])} == pids
+
+    rc, output, stopped = cluster.run({"state": "stopped", "run_id": first["run_id"],
+                                       "stop_grace": 5})
+    assert rc == 0, output
+    assert stopped["changed"] is True
+    assert {p["pid"] for p in stopped["stopped"]} == pids
+    assert {p["run_id"] for p in stopped["stopped"]} == {first["run_id"]}
+    assert any(p["cmdline"].startswith("mpirun ") for p in stopped["stopped"])
+    assert alive(first["run_id"]) == []
+
+    # The first launch ends, failed, and says how it could have ended so.
+    proc.communicate(timeout=LIMIT)
+    result = json.loads((tree / "localhost").read_text())
+    assert proc.returncode != 0 and result["rc"] != 0
+    assert "stopped from outside" in result["msg"]
+
+    # Nothing left: stopping again changes nothing, and a launch goes ahead.
+    rc, output, again = cluster.run({"state": "stopped", "run_id": first["run_id"]})
+    assert (rc, again["changed"], again["stopped"]) == (0, False, [])
+    rc, output, result = cluster.run(cluster.args())
+    assert rc == 0, output
+
+
+def test_taken_rendezvous_port_refuses_the_launch(cluster):
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        args = cluster.args(master_port=port)
+        rc, output, result = cluster.run(args)
+    assert rc != 0
+    assert f"the rendezvous port {port} is already in use" in result["msg"]
+    assert "-e master_port=N" in result["msg"]
+    assert f"pid {os.getpid()} (" in result["msg"]  # this test holds it
+    assert not (cluster.runs_dir / args["run_id"]).exists()
+
+
+def test_check_mode_renders_and_writes_nothing(cluster):
+    args = cluster.args(env_secrets={"TF_TEST_SECRET": "never-shown-5b1e"}, env_pass=["HOME"])
+    rc, output, result = cluster.run(args, check=True)
+    assert rc == 0, output
+    assert result["changed"] is False
+    assert result["command"].startswith("mpirun -np 2 --map-by slot")
+    assert result["argv"][result["argv"].index("--hostfile") + 1] == \
+        str(cluster.runs_dir / args["run_id"] / "hostfile")
+    assert result["hostfile"] == f"{local_address()} slots=2\n"
+    assert result["env"]["TF_TEST_SECRET"] == "<redacted>"
+    assert result["env"]["HOME"] == "<inherited>" and result["env"]["PATH"] == "<inherited>"
+    assert result["env"]["TORCHFLEET_RUN_ID"] == args["run_id"]
+    assert "rc" not in result
+    assert not cluster.runs_dir.exists()
+    assert alive(args["run_id"]) == []
+
+
+def test_secret_values_reach_the_ranks_and_nothing_else(cluster):
+    secret = f"s3cret-{uuid.uuid4().hex}"
+    args = cluster.args(env_secrets={"TF_TEST_SECRET": secret})
+    rc, output, result = cluster.run(args)
+    assert rc == 0, output
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    for rank in (0, 1):
+        assert f"SECRET_SHA256={digest}" in rank_file(result, rank).read_text()
+    assert secret not in output
+    assert secret not in json.dumps(result)
+    assert result["env"]["TF_TEST_SECRET"] == "<redacted>"
+    run_dir = cluster.runs_dir / args["run_id"]
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(errors="replace"), path
+
+    # A script that prints the secret leaks it into its own logs, but Ansible's output and the
+    # result still mask it (no_log values).
+    args = cluster.args(env_secrets={"TF_TEST_SECRET": secret},
+                        env_set={"TF_TEST_ACTION": "leak"})
+    rc, output, result = cluster.run(args)
+    assert rc == 0, output
+    assert f"LEAKED={secret}" in Path(result["launcher_log"]).read_text()
+    assert secret not in output and secret not in json.dumps(result)
+    assert any(line.startswith("LEAKED=****") for line in result["stdout_tail"])
+
+
+def test_missing_env_pass_name_fails_before_anything_runs(cluster):
+    args = cluster.args(env_pass=["TF_TEST_NOT_SET_ANYWHERE"])
+    rc, output, result = cluster.run(args)
+    assert rc != 0
+    assert "env_pass names TF_TEST_NOT_SET_ANYWHERE, but the module's environment" in result["msg"]
+    assert not cluster.runs_dir.exists()
+
+
+def _module_pid(run_id: str) -> int:
+    """The module is the launcher's parent."""
+    launcher = poll(lambda: [p for p in alive(run_id) if p["cmdline"].startswith("mpirun ")],
+                    "the launcher")[0]
+    return _ppid(launcher["pid"])
+
+
+def test_terminating_the_module_stops_the_run(cluster):
+    args = cluster.args(env_set={"TF_TEST_ACTION": "sleep"}, stop_grace=2)
+    proc, tree = cluster.start(args)
+    wait_for_ranks(args["run_id"])
+    os.kill(_module_pid(args["run_id"]), signal.SIGTERM)
+    output, _ = proc.communicate(timeout=LIMIT)
+    result = json.loads((tree / "localhost").read_text())
+    assert "the module was interrupted by SIGTERM" in result["msg"], output
+    assert alive(args["run_id"]) == []
+
+
+def test_interrupting_ansible_stops_the_run(cluster):
+    # ^C on ansible: it passes SIGINT to its worker, which dies; the module sees that nobody
+    # reads its output any more (its own session gets no SIGINT from the terminal).
+    args = cluster.args(env_set={"TF_TEST_ACTION": "sleep"}, stop_grace=2)
+    proc, tree = cluster.start(args)
+    wait_for_ranks(args["run_id"])
+    module = _module_pid(args["run_id"])
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=LIMIT)
+    poll(lambda: not alive(args["run_id"]), "the run to be stopped")
+    poll(lambda: not _running(module), "the module to exit")
+
+
+def test_losing_the_caller_stops_the_run(cluster):
+    # Ansible killed outright (or its SSH connection gone): SIGKILL to everything between the
+    # module and ansible, so nobody reads the module's output any more.
+    args = cluster.args(env_set={"TF_TEST_ACTION": "sleep"}, stop_grace=2)
+    proc, tree = cluster.start(args)
+    wait_for_ranks(args["run_id"])
+    module = _module_pid(args["run_id"])
+    callers, pid = [], _ppid(module)
+    while pid > 1 and pid != proc.pid:  # the shells ansible ran the module with, its worker
+        callers.append(pid)
+        pid = _ppid(pid)
+    assert pid == proc.pid and callers, "the module runs under the ansible started here"
+    for pid in [proc.pid, *callers]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.communicate(timeout=LIMIT)
+    poll(lambda: not alive(args["run_id"]), "the run to be stopped")
+    poll(lambda: not _running(module), "the module to exit")
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

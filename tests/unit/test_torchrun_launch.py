@@ -1,0 +1,370 @@
+"""Unit tests for the pure parts of plugins/modules/torchrun_launch.py.
+
+The launcher logs in tests/unit/captured/ are real: each is the launcher.log the module wrote for a
+run on one node (Open MPI 4.1.4, torch 2.13 CPU), except torchrun_two_failures.log, which is
+torchrun's own output with two workers failing (no mpirun). Multi-node logs are built here from
+those real blocks, and say so.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
+    Node,
+    Plan,
+    PlanError,
+    render,
+)
+from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_launch as tl
+
+CAPTURED = Path(__file__).parent / "captured"
+
+
+def captured(name: str) -> str:
+    return (CAPTURED / name).read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Exit codes
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("returncode, status", [(0, 0), (1, 1), (3, 3), (137, 137),
+                                                (-9, 137), (-15, 143), (-2, 130)])
+def test_death_by_signal_is_128_plus_n_never_zero(returncode, status):
+    assert tl.exit_status(returncode) == status
+
+
+def test_signal_names():
+    assert tl.signal_name(137) == "SIGKILL"
+    assert tl.signal_name(143) == "SIGTERM"
+    assert tl.signal_name(3) is None
+    assert tl.signal_name(128) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# torchrun's failure summary
+# ---------------------------------------------------------------------------------------------
+
+def test_torchrun_summary_worker_exit_code():
+    failures = tl.parse_torchrun_failures(captured("torchrun_exit3.log"))
+    assert failures == [{"time": "2026-11-21_06:46:47", "host": "localhost", "rank": 1,
+                         "local_rank": 1, "exit_code": 3}]
+
+
+def test_torchrun_summary_worker_killed_by_signal():
+    # torchrun prints "exitcode  : -9 (pid: N)  (SIGKILL)"; reported the shell way: 137.
+    failure = tl.first_torchrun_failure(captured("torchrun_signal9.log"))
+    assert failure["rank"] == 0 and failure["local_rank"] == 0
+    assert failure["exit_code"] == 128 + signal.SIGKILL
+
+
+def test_torchrun_summary_takes_the_root_cause_not_the_other_failures():
+    # Rank 1 exited 11 first; rank 0 was then terminated by torchrun (-15) and is listed under
+    # "Failures:", not as the root cause.
+    failures = tl.parse_torchrun_failures(captured("torchrun_two_failures.log"))
+    assert [(f["rank"], f["exit_code"]) for f in failures] == [(1, 11)]
+
+
+def _as_node(text: str, host: str, time: str, rank: int) -> str:
+    """A real summary block, moved to another host, time and rank (as another node prints it)."""
+    text = re.sub(r"host      : \S+", f"host      : {host}", text)
+    text = re.sub(r"time      : \S+", f"time      : {time}", text)
+    return re.sub(r"rank      : \d+ \(local_rank: (\d+)\)", rf"rank      : {rank} (local_rank: \1)",
+                  text)
+
+
+def test_first_failure_across_nodes_is_the_earliest():
+    # Built from real blocks: node gpu02 failed at :50, gpu03 (printed first) only at :58.
+    block = captured("torchrun_exit3.log")
+    text = (_as_node(block, "gpu03", "2026-11-21_06:46:58", 5)
+            + _as_node(block, "gpu02", "2026-11-21_06:46:50", 3))
+    assert [f["host"] for f in tl.parse_torchrun_failures(text)] == ["gpu03", "gpu02"]
+    first = tl.first_torchrun_failure(text)
+    assert (first["host"], first["rank"], first["exit_code"]) == ("gpu02", 3, 3)
+
+
+def test_same_second_goes_to_the_one_printed_first():
+    block = captured("torchrun_exit3.log")
+    text = (_as_node(block, "gpu03", "2026-11-21_06:46:50", 5)
+            + _as_node(block, "gpu02", "2026-11-21_06:46:50", 3))
+    assert tl.first_torchrun_failure(text)["host"] == "gpu03"
+
+
+def test_summary_lines_with_an_output_tag_still_parse():
+    # mpirun --tag-output (allowed in mpirun_extra_args) prefixes every forwarded line.
+    lines = captured("torchrun_exit3.log").splitlines()
+    tagged = "\n".join(f"[1,0]<stderr>:{line}" for line in lines)
+    assert tl.first_torchrun_failure(tagged)["rank"] == 1
+
+
+def test_no_summary_no_failure():
+    assert tl.first_torchrun_failure(captured("rank_exit3.log")) is None
+    assert tl.first_torchrun_failure("") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Open MPI's report
+# ---------------------------------------------------------------------------------------------
+
+def test_open_mpi_rank_exit_code():
+    assert tl.parse_mpirun_failure(captured("rank_exit3.log")) == {
+        "rank": 1, "host": None, "exit_code": 3}
+
+
+def test_open_mpi_rank_killed_by_signal():
+    assert tl.parse_mpirun_failure(captured("rank_signal9.log")) == {
+        "rank": 1, "host": "vm", "exit_code": 137}
+
+
+def test_open_mpi_names_the_torchrun_process_in_torchrun_mode():
+    # In torchrun mode the MPI process is the node's torchrun, which exits 1 for any failure.
+    assert tl.parse_mpirun_failure(captured("torchrun_exit3.log")) == {
+        "rank": 0, "host": None, "exit_code": 1}
+
+
+def test_success_has_no_failure():
+    assert tl.parse_mpirun_failure("RANK 0 WORLD_SIZE 2\nRANK 1 WORLD_SIZE 2\n") is None
+
+
+NODES = [Node("head", "10.0.0.1", 4), Node("w1", "10.0.0.2", 2), Node("w2", "10.0.0.3", 2)]
+
+
+@pytest.mark.parametrize("rank, mode, expected", [
+    (0, "rank", "head"), (3, "rank", "head"), (4, "rank", "w1"), (5, "rank", "w1"),
+    (7, "rank", "w2"), (8, "rank", None),
+    (0, "torchrun", "head"), (2, "torchrun", "w2"), (3, "torchrun", None), (1, "mpich", "w1"),
+])
+def test_rank_to_node(rank, mode, expected):
+    assert tl.rank_node(rank, NODES, mode) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# What the module reports, from a run directory laid out as Open MPI and torchrun leave it
+# ---------------------------------------------------------------------------------------------
+
+def _paths(tmp_path):
+    return {"run": str(tmp_path), "launcher": str(tmp_path / "launcher.log"),
+            "ranks": str(tmp_path / "ranks"), "workers": str(tmp_path / "workers")}
+
+
+def test_rank_mode_failure_on_the_head_reads_the_ranks_file(tmp_path):
+    rank_dir = tmp_path / "ranks" / "1" / "rank.1"
+    rank_dir.mkdir(parents=True)
+    (rank_dir / "stderr").write_text("Traceback ...\nValueError: bad batch\n")
+    nodes = [Node("here", "10.0.0.1", 2)]
+    failure = tl.describe_failure(captured("rank_exit3.log"), nodes, "rank", _paths(tmp_path))
+    assert failure == {"failed_rank": 1, "failed_host": "here", "failed_exit_code": 3,
+                       "failed_log": str(rank_dir / "stderr"),
+                       "failed_log_tail": ["Traceback ...", "ValueError: bad batch"]}
+    message = tl.failure_message("r1", 3, failure, _paths(tmp_path))
+    assert "rank 1 on here exited with code 3 first" in message
+    assert str(rank_dir / "stderr") in message and str(tmp_path / "launcher.log") in message
+
+
+def test_rank_mode_failure_elsewhere_points_at_that_node(tmp_path):
+    # Rank 1 of a 1+1 slot plan ran on w1: its file is there, the tail comes from the launcher.
+    nodes = [Node("head", "10.0.0.1", 1), Node("w1", "10.0.0.2", 1)]
+    text = captured("rank_signal9.log")
+    failure = tl.describe_failure(text, nodes, "rank", _paths(tmp_path))
+    assert failure["failed_host"] == "w1"
+    assert failure["failed_exit_code"] == 137
+    assert failure["failed_log"] == f"{tmp_path}/ranks/*/rank.1/stderr"
+    assert failure["failed_log_tail"] == text.splitlines()[-20:]
+    message = tl.failure_message("r1", 137, failure, _paths(tmp_path))
+    assert "rank 1 on w1 was killed by SIGKILL (exit code 137) first" in message
+
+
+def test_empty_rank_log_falls_back_to_the_launcher_log(tmp_path):
+    # A rank killed by SIGKILL often wrote nothing to stderr.
+    rank_dir = tmp_path / "ranks" / "1" / "rank.1"
+    rank_dir.mkdir(parents=True)
+    (rank_dir / "stderr").write_text("")
+    text = captured("rank_signal9.log")
+    failure = tl.describe_failure(text, [Node("here", "10.0.0.1", 2)], "rank", _paths(tmp_path))
+    assert failure["failed_log"] == str(rank_dir / "stderr")
+    assert failure["failed_log_tail"] == text.splitlines()[-20:]
+
+
+def test_torchrun_failure_reads_the_worker_log(tmp_path):
+    worker = tmp_path / "workers" / "ed36-rdzv_v0rb" / "attempt_0" / "1"
+    worker.mkdir(parents=True)
+    (worker / "stderr.log").write_text("rank failing\n")
+    nodes = [Node("here", "10.0.0.1", 2)]
+    failure = tl.describe_failure(captured("torchrun_exit3.log"), nodes, "torchrun",
+                                  _paths(tmp_path))
+    assert failure == {"failed_rank": 1, "failed_host": "here", "failed_exit_code": 3,
+                       "failed_log": str(worker / "stderr.log"),
+                       "failed_log_tail": ["rank failing"]}
+
+
+def test_torchrun_launcher_failure_without_summary_names_the_node(tmp_path):
+    # torchrun itself failed (say, rendezvous timed out): Open MPI names the MPI process, which
+    # is a node; there is no worker rank.
+    text = captured("torchrun_exit3.log").split("torch.distributed.elastic")[0] + \
+        captured("torchrun_exit3.log")[captured("torchrun_exit3.log").index("-----"):]
+    text = text.replace("Root Cause", "")
+    failure = tl.describe_failure(text, NODES, "torchrun", _paths(tmp_path))
+    assert (failure["failed_rank"], failure["failed_host"], failure["failed_exit_code"]) == (
+        None, "head", 1)
+    assert "the launcher on head exited with code 1" in tl.failure_message(
+        "r", 1, failure, _paths(tmp_path))
+
+
+def test_unexplained_failure_says_where_to_look(tmp_path):
+    failure = tl.describe_failure("ssh: connect to host 10.0.0.2 port 22: No route to host\n",
+                                  NODES, "rank", _paths(tmp_path))
+    assert failure["failed_rank"] is None and failure["failed_exit_code"] is None
+    message = tl.failure_message("r", 1, failure, _paths(tmp_path))
+    assert "exited with rc 1 without naming a failed rank" in message
+    assert str(tmp_path / "launcher.log") in message
+
+
+def test_read_tail_of_a_long_log(tmp_path):
+    log = tmp_path / "launcher.log"
+    log.write_text("".join(f"line {i}\n" for i in range(200000)))
+    assert tl.read_tail(str(log)) == [f"line {i}" for i in range(199980, 200000)]
+    assert tl.read_tail(str(tmp_path / "missing")) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------------------------
+
+def test_env_pass_adds_path_ld_library_path_and_nccl_when_set():
+    environ = {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/lib", "NCCL_DEBUG": "INFO",
+               "NCCL_IB_DISABLE": "1", "HF_HOME": "/data/hf", "OTHER": "x"}
+    names, missing = tl.resolve_env_pass(["HF_HOME"], environ, taken=frozenset())
+    assert names == ["HF_HOME", "PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "NCCL_IB_DISABLE"]
+    assert missing == []
+
+
+def test_env_pass_adds_only_what_is_set():
+    assert tl.resolve_env_pass([], {"PATH": "/bin"}, taken=frozenset()) == (["PATH"], [])
+    assert tl.resolve_env_pass([], {}, taken=frozenset()) == ([], [])
+
+
+def test_env_pass_explicit_names_must_be_set():
+    names, missing = tl.resolve_env_pass(["HF_HOME", "DATA", "HF_HOME"], {"DATA": "/d"},
+                                         taken=frozenset())
+    assert names == ["HF_HOME", "DATA"]
+    assert missing == ["HF_HOME"]
+
+
+def test_env_pass_leaves_out_what_torchfleet_or_the_user_sets():
+    # NCCL_SOCKET_IFNAME comes from the nodes' interfaces; NCCL_DEBUG is in env_set.
+    environ = {"PATH": "/bin", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN",
+               "NCCL_ALGO": "Ring"}
+    taken = tl.RESERVED_ENV | {"NCCL_DEBUG"}
+    names, _ = tl.resolve_env_pass([], environ, taken)
+    assert names == ["PATH", "NCCL_ALGO"]
+    plan = Plan(nodes=(Node("a", "10.0.0.1", 1, "eth0"),), head="a", script="t.py", run_id="r",
+                hostfile_path="/tmp/h", env_pass=tuple(names), env_set={"NCCL_DEBUG": "INFO"})
+    render(plan)  # the renderer accepts the result
+
+
+def test_launcher_env_keeps_little_of_the_module_environment():
+    environ = {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C.UTF-8",
+               "OMPI_MCA_plm_rsh_agent": "ssh", "ANSIBLE_MODULE_ARGS": "x",
+               "PYTHONPATH": "/tmp/ansible", "HF_HOME": "/hf", "RANDOM_VAR": "1"}
+    env = tl.launcher_env(environ, {"HF_HOME"}, {"TORCHFLEET_RUN_ID": "r"}, {"TOKEN": "s"})
+    assert env == {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C.UTF-8",
+                   "OMPI_MCA_plm_rsh_agent": "ssh", "HF_HOME": "/hf", "TORCHFLEET_RUN_ID": "r",
+                   "TOKEN": "s"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Run ids and processes
+# ---------------------------------------------------------------------------------------------
+
+def test_new_run_id_shape_and_renderer_accepts_it():
+    run_id = tl.new_run_id(datetime(2026, 11, 21, 10, 15, 2), "ab12cd")
+    assert run_id == "tf-20261121-101502-ab12cd"
+    plan = Plan(nodes=(Node("a", "10.0.0.1", 1),), head="a", script="t.py", run_id=run_id,
+                hostfile_path="/tmp/h")
+    assert render(plan).env["TORCHFLEET_RUN_ID"] == run_id
+
+
+@pytest.mark.parametrize("run_id", ["", "has space", "../etc", "a/b", "x" * 65])
+def test_user_run_ids_follow_the_renderer_rule(run_id):
+    # A run id names a directory: the renderer's rule keeps '/' and '..' paths out.
+    with pytest.raises(PlanError, match="run_id"):
+        render(Plan(nodes=(Node("a", "10.0.0.1", 1),), head="a", script="t.py", run_id=run_id,
+                    hostfile_path="/tmp/h"))
+
+
+def test_run_id_from_proc_environ_bytes():
+    raw = b"PATH=/bin\0TORCHFLEET_RUN_ID=tf-1\0HOME=/root\0"
+    assert tl.run_id_of(raw) == "tf-1"
+    assert tl.run_id_of(b"PATH=/bin\0XTORCHFLEET_RUN_ID=no\0") is None
+    assert tl.run_id_of(b"") is None  # a zombie's environ
+
+
+def test_group_runs():
+    procs = [{"pid": 5, "run_id": "b"}, {"pid": 3, "run_id": "a"}, {"pid": 7, "run_id": "b"}]
+    assert tl.group_runs(procs) == [{"run_id": "a", "pids": [3]}, {"run_id": "b", "pids": [5, 7]}]
+
+
+# Lines of a real /proc/net/tcp: a listener on 0.0.0.0:29577 (0x7389), one on :2024, and
+# established connections to port 22.
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:7389 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 668753 1 000000008c3dc9a8 100 0 0 10 0
+   1: 00000000:07E8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 84 1 0000000029d78d20 100 0 0 10 0
+   2: 010012AC:920E 020012AC:0016 01 00000000:00000000 02:000A5FB7 00000000     0        0 576392 2 00000000d2b25a05 21 4 27 996 -1
+"""
+PROC_NET_TCP6 = """\
+  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0000000000000000FFFF00000100007F:7389 0000000000000000FFFF00000100007F:B2BF 06 00000000:00000000 03:00000865 00000000     0        0 0 3 00000000a3cdebde
+"""
+
+
+def test_listening_inodes():
+    assert tl.listening_inodes(PROC_NET_TCP, 29577) == {668753}
+    assert tl.listening_inodes(PROC_NET_TCP, 2024) == {84}
+    assert tl.listening_inodes(PROC_NET_TCP, 37390) == set()  # 0x920E: a connection, not a bind
+    assert tl.listening_inodes(PROC_NET_TCP6, 29577) == set()  # TIME_WAIT does not hold it
+
+
+# ---------------------------------------------------------------------------------------------
+# Documentation and argument spec agree
+# ---------------------------------------------------------------------------------------------
+
+def _doc(name):
+    return yaml.safe_load(getattr(tl, name))
+
+
+def test_argument_spec_matches_documentation():
+    options = _doc("DOCUMENTATION")["options"]
+    assert set(options) == set(tl.ARGUMENT_SPEC)
+    for name, spec in tl.ARGUMENT_SPEC.items():
+        doc = options[name]
+        assert doc["type"] == spec["type"], name
+        assert doc.get("default") == spec.get("default"), name
+        assert doc.get("choices") == spec.get("choices"), name
+        assert doc.get("elements") == spec.get("elements"), name
+    suboptions = options["nodes"]["suboptions"]
+    assert {name: (doc["type"], doc.get("required", False)) for name, doc in suboptions.items()} \
+        == {name: (spec["type"], spec.get("required", False))
+            for name, spec in tl.NODE_OPTIONS.items()}
+    assert tl.ARGUMENT_SPEC["env_secrets"]["no_log"] is True
+
+
+def test_every_result_key_is_documented():
+    documented = set(_doc("RETURN"))
+    for key in ("rc", "run_id", "argv", "command", "hostfile", "hostfile_path", "env",
+                "per_node_env", "duration", "log_dir", "launcher_log", "rank_logs_dir",
+                "worker_logs_dir", "nodes", "world_size", "timed_out", "stdout_tail",
+                "failed_rank", "failed_host", "failed_exit_code", "failed_log", "failed_log_tail",
+                "runs", "stopped", "port_holders", "survivors"):
+        assert key in documented, key
+
+
+def test_examples_parse():
+    assert len(_doc("EXAMPLES")) == 4
