@@ -17,7 +17,7 @@ $(BIN)/torchfleet: pyproject.toml
 demo: $(BIN)/torchfleet
 	torchfleet cluster up --nodes $(NODES)
 	ansible-playbook setup.yml -i inventory
-	ansible-playbook launch.yml -e script=examples/train.py
+	ansible-playbook launch.yml -e script=examples/train.py -e nproc_per_node=2
 
 # Every test: lint, unit and cluster tests, then the Molecule scenario.
 test: lint unit molecule

@@ -67,6 +67,10 @@ BAD_SPECS = {
                           "entries that are not requirement strings: numpy; rm -rf /"),
     "conda without micromamba": ('{"python_env_engine": "conda", "python_env_conda_file": "env.yml"}',
                                  "The conda engine needs python_env_conda_file"),
+    "open mpi source without tarball": ('{"openmpi_source": "source", "openmpi_prefix": "/opt/openmpi"}',
+                                        "set openmpi_prefix (where to install, for example /opt/openmpi) and openmpi_source_tarball"),
+    "open mpi source not a release": ('{"openmpi_source": "source", "openmpi_prefix": "/opt/ompi", "openmpi_source_tarball": "README.md"}',
+                                      "tarball='README.md'"),
     "micromamba url without checksum": (
         '{"python_env_engine": "conda", "python_env_conda_file": "env.yml", "python_env_micromamba_url": "https://x/m"}',
         "micromamba_url='https://x/m', checksum=''"),

@@ -4,53 +4,15 @@ Molecule proves converge, idempotence and the verified state; these tests break 
 way people do and check that setup says so and puts it right.
 """
 
-import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-NAME = "tfsetup"
-NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
+from ready_cluster import NODES, recap, run
+
 ENV_PYTHON = "/opt/torchfleet/envs/torchfleet/bin/python"
 pytestmark = pytest.mark.cluster
-
-
-def run(argv, **kwargs):
-    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, **kwargs)
-
-
-def recap(output):
-    """{host: {ok: N, changed: N, unreachable: N, failed: N}} from a PLAY RECAP."""
-    found = {}
-    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
-        found[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
-    return found
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("setup")
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp / "state"),
-               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp / "facts"))
-    inventory = tmp / "inventory.yml"
-    up = run([sys.executable, "-m", "torchfleet", "cluster", "up", "--name", NAME, "--nodes", "3",
-              "--inventory", str(inventory)], env=env, timeout=900)
-    assert up.returncode == 0, up.stderr
-
-    def setup(*extra):
-        argv = ["ansible-playbook", "setup.yml", "-i", str(inventory),
-                "-e", f"ssh_trust_key_file={tmp / 'keys' / 'cluster_ed25519'}", *extra]
-        result = run(argv, env=env, timeout=1800)
-        return result.returncode, result.stdout + result.stderr
-
-    rc, output = setup()
-    assert rc == 0, output[-3000:]
-    yield setup
-    run([sys.executable, "-m", "torchfleet", "cluster", "down", "--name", NAME], env=env, timeout=300)
 
 
 def node_exec(node, *argv):
@@ -83,7 +45,7 @@ def test_a_package_changed_by_hand_is_reported_and_put_back(cluster, old_fileloc
     assert installed_version(NODES[1], "filelock") == "3.12.0"
 
     # Check mode reports the difference between nodes, naming the node and the packages.
-    rc, output = cluster("--check")
+    rc, output = cluster.setup("--check")
     flat = " ".join(output.split())
     assert rc != 0
     assert f"{NODES[1]}: filelock is 3.12.0, the spec says {spec_version}; mpmath is missing" in flat
@@ -92,7 +54,7 @@ def test_a_package_changed_by_hand_is_reported_and_put_back(cluster, old_fileloc
     assert installed_version(NODES[1], "filelock") == "3.12.0"  # check mode changed nothing
 
     # A real run reports it again and puts it right on that node only.
-    rc, output = cluster()
+    rc, output = cluster.setup()
     assert rc == 0, output[-3000:]
     assert f"{NODES[1]}: filelock is 3.12.0, the spec says {spec_version}" in " ".join(output.split())
     counts = recap(output)
@@ -105,7 +67,7 @@ def test_a_package_changed_by_hand_is_reported_and_put_back(cluster, old_fileloc
 def test_an_unreachable_node_is_named_and_the_rest_completes(cluster):
     assert run(["docker", "stop", "--time", "1", NODES[2]], timeout=120).returncode == 0
     try:
-        rc, output = cluster()
+        rc, output = cluster.setup()
     finally:
         assert run(["docker", "start", NODES[2]], timeout=120).returncode == 0
     counts = recap(output)
@@ -121,7 +83,7 @@ def test_an_unreachable_node_is_named_and_the_rest_completes(cluster):
     # Back again: the next run converges with every node.
     rc, output = None, ""
     for _ in range(3):  # sshd in the restarted container may need a moment
-        rc, output = cluster()
+        rc, output = cluster.setup()
         if rc != 4:
             break
     assert rc == 0, output[-3000:]

@@ -1,0 +1,98 @@
+"""Launch overhead: the same short DDP job started by hand and by torchfleet, alternating, in one run.
+
+(a) a hand-written `mpirun ... torchrun ...` on the head node, over ssh, the way the seeds do it;
+(b) `ansible-playbook launch.yml`;
+(c) `torchfleet launch` (when the command has it).
+Prints and writes medians and the ratios b/a and c/a to bench/results/launch_overhead.json.
+
+    python bench/launch_overhead.py -i inventory/local.yml --runs 5
+
+Needs a cluster that setup.yml has prepared (facts in .cache/facts, run from the checkout's root).
+"""
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT_ARGS = ["--use-syn", "--epochs", "1", "--steps-per-epoch", "5", "--no-wandb", "--out-dir", "/tmp"]
+
+
+def inventory_nodes(path):
+    data = yaml.safe_load(Path(path).read_text())
+    group = data["all"]["children"]["cluster"]
+    return group["hosts"], group.get("vars", {})
+
+
+def hand_command(hosts, cluster_vars, nproc):
+    """What a user types on the head: a hostfile of addresses and one mpirun line."""
+    addresses = [h["ansible_host"] for h in hosts.values()]
+    hostfile = "".join(f"{a} slots={nproc}\n" for a in addresses)
+    torchrun = ("/opt/torchfleet/envs/torchfleet/bin/torchrun --nnodes=%d --node-rank=$OMPI_COMM_WORLD_RANK "
+                "--nproc-per-node=%d --rdzv-backend=c10d --rdzv-endpoint=%s:29500 --rdzv-id=hand "
+                "torchfleet/scripts/train.py %s" % (len(addresses), nproc, addresses[0], " ".join(SCRIPT_ARGS)))
+    line = ("printf %s > /tmp/hand-hostfile && mpirun -np %d --hostfile /tmp/hand-hostfile --map-by ppr:1:node "
+            "--bind-to none --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "
+            "-x NCCL_SOCKET_IFNAME=eth0 -x GLOO_SOCKET_IFNAME=eth0 -x PATH sh -c %s"
+            % (shlex.quote(hostfile), len(addresses), shlex.quote(torchrun)))
+    head = next(iter(hosts.values()))["ansible_host"]
+    ssh = ["ssh", "-i", cluster_vars["ansible_ssh_private_key_file"], *shlex.split(cluster_vars["ansible_ssh_common_args"]),
+           f"{cluster_vars.get('ansible_user', 'root')}@{head}", "runuser", "-u", "torchfleet", "--", "sh", "-c",
+           shlex.quote("cd && " + line)]
+    return ssh
+
+
+def timed(argv):
+    started = time.monotonic()
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    elapsed = time.monotonic() - started
+    if result.returncode != 0:
+        sys.exit(f"{argv[0]} failed (rc {result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    return elapsed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-i", "--inventory", default="inventory/local.yml")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--nproc", type=int, default=1)
+    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "launch_overhead.json"))
+    args = parser.parse_args()
+
+    hosts, cluster_vars = inventory_nodes(args.inventory)
+    extra = ["-e", "script=examples/train.py", "-e", f"nproc_per_node={args.nproc}",
+             "-e", json.dumps({"script_args": SCRIPT_ARGS})]
+    ways = {
+        "a_hand_mpirun": hand_command(hosts, cluster_vars, args.nproc),
+        "b_launch_yml": ["ansible-playbook", "launch.yml", "-i", args.inventory, *extra],
+    }
+    help_text = subprocess.run(["torchfleet", "--help"], capture_output=True, text=True).stdout
+    if " launch" in help_text:
+        ways["c_torchfleet_launch"] = ["torchfleet", "launch", "examples/train.py", "-i", args.inventory,
+                                       "-e", f"nproc_per_node={args.nproc}", "--", *SCRIPT_ARGS]
+    # launch.yml copies the script; the hand run uses the copy, as a user would after one scp.
+    timed(ways["b_launch_yml"])
+    seconds = {name: [] for name in ways}
+    for round_ in range(args.runs):
+        for name, argv in ways.items():  # alternate, so drift in machine load hits every way alike
+            seconds[name].append(round(timed(argv), 3))
+            print(f"run {round_ + 1} {name}: {seconds[name][-1]:.2f} s", flush=True)
+    medians = {name: round(statistics.median(values), 3) for name, values in seconds.items()}
+    ratios = {f"{name[0]}/a": round(medians[name] / medians["a_hand_mpirun"], 3) for name in medians if name[0] != "a"}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    report = {"commit": commit, "nodes": len(hosts), "nproc_per_node": args.nproc, "runs": args.runs,
+              "seconds": seconds, "median_seconds": medians, "ratios": ratios}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({"median_seconds": medians, "ratios": ratios}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""One local cluster of three containers, set up once, shared by the tests that need a ready cluster."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "tfit"
+NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
+
+
+def run(argv, **kwargs):
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, **kwargs)
+
+
+def recap(output):
+    """{host: {ok: N, changed: N, unreachable: N, failed: N}} from a PLAY RECAP."""
+    found = {}
+    for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M):
+        found[host] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
+    return found
+
+
+class Cluster:
+    """`torchfleet cluster up`, then setup.yml; facts, keys and state kept in a directory of its own."""
+
+    def __init__(self, tmp):
+        self.env = dict(os.environ, XDG_STATE_HOME=str(tmp / "state"),
+                        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp / "facts"))
+        self.inventory = tmp / "inventory.yml"
+        self.key = tmp / "keys" / "cluster_ed25519"
+
+    def torchfleet(self, *args):
+        return run([sys.executable, "-m", "torchfleet", *args], env=self.env, timeout=900)
+
+    def playbook(self, name, *extra, timeout=1800):
+        argv = ["ansible-playbook", name, "-i", str(self.inventory), "-e", f"ssh_trust_key_file={self.key}", *extra]
+        result = run(argv, env=self.env, timeout=timeout)
+        return result.returncode, result.stdout + result.stderr
+
+    def popen_playbook(self, name, *extra):
+        argv = ["ansible-playbook", name, "-i", str(self.inventory), *extra]
+        return subprocess.Popen(argv, cwd=REPO, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def setup(self, *extra):
+        return self.playbook("setup.yml", *extra)
+
+    def launch(self, *extra, timeout=900):
+        return self.playbook("launch.yml", *extra, timeout=timeout)
+
+    def up(self):
+        result = self.torchfleet("cluster", "up", "--name", NAME, "--nodes", "3", "--inventory", str(self.inventory))
+        assert result.returncode == 0, result.stderr
+        rc, output = self.setup()
+        assert rc == 0, output[-3000:]
+
+    def down(self):
+        self.torchfleet("cluster", "down", "--name", NAME)

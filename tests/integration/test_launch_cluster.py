@@ -1,0 +1,89 @@
+"""launch.yml on three real containers: a run alive refuses the next, stop, a taken port, a timeout.
+
+Molecule proves the training itself (six ranks, resume, rank mode, a failing rank); these tests
+need a run going on in the background while they act.
+"""
+
+import json
+import time
+
+import pytest
+
+from ready_cluster import NODES, run
+
+pytestmark = pytest.mark.cluster
+LONG_RUN = json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--sleep", "0.2", "--no-wandb",
+                                       "--out-dir", "/tmp"]})
+
+
+def training_pids(node):
+    """Pids of training processes (workers and torchrun) of the training account on a node."""
+    found = run(["docker", "exec", node, "pgrep", "-u", "torchfleet", "-f", "train.py"], timeout=60)
+    return found.stdout.split()
+
+
+def wait_until(condition, seconds, what):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(1)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+@pytest.fixture
+def long_run(cluster):
+    """A run that trains for a long time, started in the background as a user would."""
+    process = cluster.popen_playbook("launch.yml", "-e", "script=examples/train.py", "-e", "nproc_per_node=1",
+                                     "-e", LONG_RUN)
+    wait_until(lambda: all(training_pids(node) for node in NODES), 180, "the run started on every node")
+    yield process
+    if process.poll() is None:
+        cluster.launch("-e", "action=stop")
+        process.wait(timeout=120)
+
+
+def test_a_second_launch_is_refused_while_a_run_is_alive_and_stop_ends_it(cluster, long_run):
+    rc, output = cluster.launch("-e", "script=examples/train.py", "-e", LONG_RUN)
+    flat = " ".join(output.split())
+    assert rc != 0
+    assert f"A run of torchfleet is still alive: {NODES[0]} runs tf-" in flat
+    assert "ansible-playbook launch.yml -e action=stop" in flat
+    assert "Copy the script and its files" not in output  # refused before anything changed
+    assert long_run.poll() is None  # the first run goes on
+
+    rc, output = cluster.launch("-e", "action=stop")
+    assert rc == 0, output[-3000:]
+    assert f"Stopped on {NODES[1]}" in " ".join(output.split())
+    first_output, _ = long_run.communicate(timeout=120)
+    assert long_run.returncode != 0
+    for node in NODES:
+        assert training_pids(node) == [], node
+
+
+def test_a_taken_port_is_reported_before_launch(cluster):
+    holder = run(["docker", "exec", "-d", "-u", "torchfleet", NODES[0], "python3", "-c",
+                  "import socket, time; s = socket.socket(); s.bind(('', 29500)); s.listen(); time.sleep(600)"],
+                 timeout=60)
+    assert holder.returncode == 0, holder.stderr
+    try:
+        wait_until(lambda: "29500" in run(["docker", "exec", NODES[0], "ss", "-ltn"], timeout=60).stdout,
+                   30, "the port holder listens")
+        rc, output = cluster.launch("-e", "script=examples/train.py")
+        flat = " ".join(output.split())
+        assert rc != 0
+        assert f"The rendezvous port 29500 is taken on {NODES[0]}" in flat
+        assert "-e master_port=N" in flat
+        assert "Copy the script and its files" not in output
+    finally:
+        run(["docker", "exec", NODES[0], "pkill", "-u", "torchfleet", "-f", "s.bind"], timeout=60)
+
+
+def test_launch_timeout_stops_the_run_everywhere(cluster):
+    rc, output = cluster.launch("-e", "script=examples/train.py", "-e", "nproc_per_node=1",
+                                "-e", "launch_timeout=30", "-e", LONG_RUN)
+    flat = " ".join(output.split())
+    assert rc != 0
+    assert "outlived launch_timeout=30s and was stopped" in flat
+    for node in NODES:
+        assert training_pids(node) == [], node
