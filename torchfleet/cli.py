@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from torchfleet import localcluster
@@ -30,6 +34,253 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+class UsageError(Exception):
+    """Bad arguments found after parsing; exit 2 like argparse."""
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _inventories(args: argparse.Namespace, scratch: Path) -> list[str]:
+    """The -i paths, hostfiles turned into YAML inventories in `scratch`; default ./inventory."""
+    from torchfleet.collection import module_util
+
+    given = args.inventory or (["inventory"] if Path("inventory").is_dir() else [])
+    if not given:
+        raise UsageError("no inventory: give -i PATH (an Ansible inventory or an MPI/PBS/Slurm "
+                         "hostfile), or run from a directory with inventory/")
+    hostfile = module_util("_hostfile")
+    result = []
+    for number, path in enumerate(given):
+        if not Path(path).exists():
+            raise UsageError(f"inventory {path} does not exist")
+        if hostfile.is_hostfile(path):
+            inventory = hostfile.to_inventory(hostfile.read_hostfile(path))
+            target = scratch / f"hostfile{number}.yml"
+            target.write_text(json.dumps(inventory, indent=1) + "\n")  # JSON is YAML
+            result.append(str(target))
+        else:
+            result.append(str(Path(path).resolve()))
+    return result
+
+
+def _unsafe(value) -> str:
+    """YAML for -e that Ansible never templates: arguments arrive byte for byte.
+
+    Only strings with a Jinja delimiter get `!unsafe`: Ansible's constructor for that tag
+    resolves the scalar's type ("true" would become a bool, "" None); a JSON string is a str."""
+    if isinstance(value, list):
+        return "[" + ", ".join(_unsafe(item) for item in value) + "]"
+    text = json.dumps(value, ensure_ascii=False)
+    if isinstance(value, str) and any(mark in value for mark in ("{{", "{%", "{#")):
+        return "!unsafe " + text
+    return text
+
+
+def _playbook_args(args: argparse.Namespace, **fixed) -> list[str]:
+    cmdline = []
+    for value in args.extra_vars:
+        cmdline += ["-e", value]
+    if fixed:
+        body = ", ".join(f"{json.dumps(key)}: {_unsafe(value)}" for key, value in fixed.items())
+        cmdline += ["-e", "{" + body + "}"]
+    if args.limit:
+        cmdline += ["--limit", args.limit]
+    if args.verbose > 1:
+        cmdline.append("-" + "v" * (args.verbose - 1))
+    return cmdline
+
+
+def _progress(args: argparse.Namespace):
+    from torchfleet.run import Progress
+
+    return Progress(stream=sys.stderr, live=sys.stderr.isatty() and not args.verbose,
+                    verbose=args.verbose)
+
+
+def _results(outcome, task: str) -> list[dict]:
+    return [item for item in outcome.progress.results if item["task"] == task]
+
+
+def _playbook(args: argparse.Namespace, name: str, **fixed):
+    from torchfleet.run import run
+
+    with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
+        inventories = _inventories(args, Path(scratch))
+        return run(playbook=f"torchfleet.cluster.{name}", inventories=inventories,
+                   cmdline=_playbook_args(args, **fixed), progress=_progress(args))
+
+
+def _finish(args: argparse.Namespace, outcome, payload: dict) -> int:
+    from torchfleet.run import print_failures
+
+    if args.json:
+        payload = dict(payload, rc=outcome.rc, status=outcome.status,
+                       failures=outcome.progress.failures,
+                       artifacts=str(outcome.artifacts) if outcome.artifacts else None)
+        print(json.dumps(payload, indent=1))
+    if outcome.rc != 0:
+        print_failures(outcome)
+    return outcome.rc
+
+
+def _setup(args: argparse.Namespace) -> int:
+    outcome = _playbook(args, "setup")
+    stats = outcome.progress.stats
+    if not args.json:
+        for host, state in outcome.progress.hosts.items():
+            print(f"{host:<24} {state.done} tasks, {state.changed} changed, {state.failed} failed")
+    return _finish(args, outcome, {"hosts": {h: vars(s) for h, s in outcome.progress.hosts.items()},
+                                   "changed": stats.get("changed", {})})
+
+
+def _script_path(script: str) -> str:
+    # The playbook runs from this directory, but the path is also shown and used on the nodes.
+    return str(Path(script).resolve()) if Path(script).exists() else script
+
+
+def _launch(args: argparse.Namespace) -> int:
+    if not Path(args.script).is_file() and not _shared(args):
+        raise UsageError(f"script {args.script} not found (give the training script's path)")
+    outcome = _playbook(args, "launch", script=_script_path(args.script),
+                        script_args=list(args.script_args))
+    report = []
+    for item in _results(outcome, "Report the run"):
+        msg = item["res"].get("msg")
+        report += msg if isinstance(msg, list) else [str(msg)]
+    result = {}
+    for item in _results(outcome, "Keep the run's result") + _results(outcome, "Keep the failed run's result"):
+        result = item["res"].get("ansible_facts", {}).get("launch_result", result)
+    if not args.json:
+        for line in report:
+            print(line)
+        if result.get("failed_log_tail"):
+            where = f"{result.get('failed_log', 'the log')} on {result.get('failed_host', '?')}"
+            print(f"torchfleet: the last lines of {where}:", file=sys.stderr)
+            for line in result["failed_log_tail"]:
+                print(f"  {line}", file=sys.stderr)
+    keys = ("run_id", "rc", "world_size", "duration", "log_dir", "command", "rank0_tail",
+            "failed_rank", "failed_host", "failed_exit_code", "failed_log", "msg")
+    return _finish(args, outcome, {"report": report,
+                                   "result": {k: result[k] for k in keys if k in result}})
+
+
+def _shared(args: argparse.Namespace) -> bool:
+    from torchfleet.plan import parse_extra_vars
+
+    value = parse_extra_vars(args.extra_vars).get("shared_storage", False)
+    return str(value).lower() in ("true", "yes", "1", "on")
+
+
+def _stop(args: argparse.Namespace) -> int:
+    fixed = {"action": "stop"}
+    if args.run_id:
+        if not _RUN_ID.fullmatch(args.run_id):
+            raise UsageError(f"run id {args.run_id!r} is not valid (letters, digits, '_', '.', '-')")
+        fixed["run_id"] = args.run_id
+    outcome = _playbook(args, "launch", **fixed)
+    said = [item["res"].get("msg", "") for item in _results(outcome, "Say what was stopped")]
+    if not args.json:
+        for line in said:
+            print(line)
+    return _finish(args, outcome, {"stopped": said})
+
+
+def _adhoc(args: argparse.Namespace, module: str, module_args: str, pattern: str, extra: list[str]):
+    from torchfleet.run import run
+
+    with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
+        inventories = _inventories(args, Path(scratch))
+        cmdline = list(extra) + (["--limit", args.limit] if args.limit else [])
+        return run(module=module, module_args=module_args, host_pattern=pattern,
+                   inventories=inventories, cmdline=cmdline, progress=_progress(args))
+
+
+def _cluster_vars(args: argparse.Namespace) -> dict:
+    """The head, the training account and its work directory, from the inventory."""
+    from torchfleet.plan import read_inventory
+    from torchfleet.run import ansible_env
+
+    with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
+        inventories = _inventories(args, Path(scratch))
+        hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()))
+    first = hostvars[hosts[0]]
+    return {"head": first.get("torchfleet_head") or hosts[0],
+            "user": first.get("cluster_user_name", "torchfleet"),
+            "workdir": first.get("cluster_user_workdir", "~/torchfleet")}
+
+
+def _status(args: argparse.Namespace) -> int:
+    # As the training account: in a container root may not read other users' /proc/PID/environ.
+    user = _cluster_vars(args)["user"]
+    outcome = _adhoc(args, "torchfleet.cluster.torchrun_launch", "state=stopped", "cluster",
+                     ["--check", "--become", "--become-user", user])
+    alive = {item["host"]: [run["run_id"] for run in item["res"].get("runs", [])]
+             for item in outcome.progress.results}
+    if not args.json:
+        for host in sorted(alive):
+            print(f"{host:<24} {', '.join(alive[host]) if alive[host] else 'idle'}")
+    return _finish(args, outcome, {"runs": alive})
+
+
+def _logs(args: argparse.Namespace) -> int:
+    if args.run_id and not _RUN_ID.fullmatch(args.run_id):
+        raise UsageError(f"run id {args.run_id!r} is not valid (letters, digits, '_', '.', '-')")
+    found = _cluster_vars(args)
+    head, user = found["head"], found["user"]
+    runs = found["workdir"] + "/runs"
+    runs_dir = runs.replace("~", '"$HOME"', 1) if runs.startswith("~") else shlex.quote(runs)
+    pick = shlex.quote(args.run_id) if args.run_id else '"$(ls -1t | head -n 1)"'
+    cmd = f'cd {runs_dir} && run={pick} && test -n "$run" && echo "# $run" && cat -- "$run/launcher.log"'
+    args.limit = None
+    outcome = _adhoc(args, "ansible.builtin.shell", cmd, head,
+                     ["--become", "--become-user", user])
+    for item in outcome.progress.results:
+        print(item["res"].get("stdout", ""))
+    if outcome.rc != 0 and not outcome.progress.results:
+        print(f"torchfleet: no launcher.log for {'run ' + args.run_id if args.run_id else 'any run'} "
+              f"on {head}", file=sys.stderr)
+    args.json = False
+    return _finish(args, outcome, {})
+
+
+def _render(args: argparse.Namespace) -> int:
+    from torchfleet import plan as tfplan
+    from torchfleet.run import ansible_env, fact_cache_dir
+
+    extra = tfplan.parse_extra_vars(args.extra_vars)
+    batch = args.format in ("pbs", "slurm")
+    with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
+        if batch and not args.inventory and not Path("inventory").is_dir():
+            hosts, hostvars = [], {}
+        else:
+            inventories = _inventories(args, Path(scratch))
+            hosts, hostvars = tfplan.read_inventory(inventories, dict(os.environ, **ansible_env()),
+                                                    limit=args.limit)
+    if batch:
+        if not args.nodes or args.nodes < 1:
+            raise UsageError(f"--format {args.format} needs --nodes N (the allocation's node count)")
+        if args.nodes > 1 and not extra.get("interface"):
+            raise UsageError(f"--format {args.format} with several nodes needs -e interface=NAME, "
+                             f"the nodes' cluster network interface (e.g. ib0 or eth0)")
+    plan, source = tfplan.build(args.script, list(args.script_args), extra, hosts, hostvars,
+                                fact_cache_dir(), batch_nodes=args.nodes if batch else None,
+                                batch_slots=args.gpus_per_node)
+    rendered = tfplan.render(plan)
+    if batch:
+        sys.stdout.write(tfplan.batch_script(
+            args.format, plan, rendered, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+            walltime=args.walltime, queue=args.queue, account=args.account))
+        return 0
+    print(f"torchfleet: rendered from {'the cached facts of setup' if source == 'facts' else 'the inventory alone (no facts cached: run `torchfleet setup` for the real addresses, interfaces and paths)'}",
+          file=sys.stderr)
+    if args.json:
+        print(json.dumps(tfplan.as_json(plan, rendered, source), indent=1))
+    else:
+        sys.stdout.write(tfplan.as_text(plan, rendered, source))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchfleet",
@@ -48,18 +299,87 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--rebuild", action="store_true", help="with `image`: build even if cached")
     cluster.add_argument("--json", action="store_true", help="with `status`: print JSON")
     cluster.set_defaults(func=_cluster)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-i", "--inventory", action="append", default=[],
+                        help="inventory path or MPI/PBS/Slurm hostfile (repeatable; default: ./inventory)")
+    common.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
+                        help="KEY=VALUE, JSON or @FILE, as ansible-playbook (repeatable)")
+    common.add_argument("--limit", help="only these hosts (an Ansible pattern)")
+    common.add_argument("--json", action="store_true", help="print the result as JSON")
+    common.add_argument("-v", "--verbose", action="count", default=0,
+                        help="print Ansible's own output (-vv and more: Ansible's verbosity)")
+
+    sub.add_parser("setup", parents=[common], help="prepare every node (playbook setup.yml)",
+                   description="Run torchfleet.cluster.setup on the inventory.").set_defaults(func=_setup)
+    for name, func, text in (("launch", _launch, "start a training run and wait for it"),
+                             ("render", _render, "print the launch command, hostfile and env; runs nothing")):
+        p = sub.add_parser(name, parents=[common], help=text,
+                           usage=f"torchfleet {name} [options] SCRIPT [-- ARGS...]")
+        p.add_argument("script", metavar="SCRIPT", help="the training script")
+        p.set_defaults(func=func, script_args=[])
+        if name == "render":
+            p.add_argument("--format", choices=["text", "json", "pbs", "slurm"], default="text",
+                           help="pbs/slurm: a batch script that launches from inside an allocation")
+            p.add_argument("--nodes", type=int, help="pbs/slurm: number of nodes")
+            p.add_argument("--gpus-per-node", type=int, help="pbs/slurm: GPUs (workers) per node")
+            p.add_argument("--walltime", help="pbs/slurm: time limit, HH:MM:SS")
+            p.add_argument("--queue", "--partition", dest="queue", help="pbs queue / slurm partition")
+            p.add_argument("--account", help="pbs/slurm: account to charge")
+    stop = sub.add_parser("stop", parents=[common], help="stop the runs of torchfleet on every node")
+    stop.add_argument("run_id", nargs="?", help="only this run")
+    stop.set_defaults(func=_stop)
+    sub.add_parser("status", parents=[common],
+                   help="which runs are alive on which node").set_defaults(func=_status)
+    logs = sub.add_parser("logs", parents=[common], help="the head's launcher.log of a run")
+    logs.add_argument("run_id", nargs="?", help="the run (default: the newest)")
+    logs.set_defaults(func=_logs)
+    # Its own options (torchfleet doctor --help): main() hands the rest of the line to it.
+    sub.add_parser("doctor", add_help=False, help="check the cluster before a run: ssh mesh, versions, "
+                   "GPUs, network, port, leftovers (exit 0 well, 1 a check failed, 2 could not run)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["doctor"]:
+        from torchfleet import doctor
+        return doctor.main(argv[1:])
+    # Everything after the first `--` goes to the training script, byte for byte.
+    script_args = None
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, script_args = argv[:cut], argv[cut + 1:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if script_args is not None:
+        if args.func not in (_launch, _render):
+            parser.error(f"`{args.command}` takes no script arguments after --")
+        args.script_args = script_args
+    if getattr(args, "format", None) == "json":
+        args.json = True
     try:
         return args.func(args)
+    except UsageError as error:
+        parser.exit(2, f"torchfleet {args.command}: error: {error}\n")
     except localcluster.ClusterError as error:
         print(f"torchfleet: error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as error:  # noqa: BLE001 - a user-facing message, not a traceback
+        from torchfleet.plan import RenderError
+        hostfile_error = _hostfile_error()
+        if isinstance(error, RenderError) or (hostfile_error and isinstance(error, hostfile_error)):
+            print(f"torchfleet {args.command}: error: {error}", file=sys.stderr)
+            return 1
+        raise
+
+
+def _hostfile_error():
+    from torchfleet.collection import module_util
+
+    return module_util("_hostfile").HostfileError
 
 
 if __name__ == "__main__":

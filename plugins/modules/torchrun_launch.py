@@ -334,11 +334,6 @@ port_in_use:
   description: Whether the rendezvous port is taken on the head now (check mode only, which refuses nothing).
   returned: state=started, in check mode
   type: bool
-port_holders:
-  description: Processes holding the rendezvous port on the head, when they can be found.
-  returned: state=started, in check mode, or when the launch is refused for a taken port
-  type: list
-  elements: str
 failed_rank:
   description:
     - Global rank of the first worker that failed, as reported by torchrun or Open MPI; null when
@@ -383,7 +378,7 @@ runs:
       type: list
       elements: int
 port_holders:
-  description: When the rendezvous port refused the launch, the processes seen holding it.
+  description: Processes seen holding the rendezvous port on the head (check mode, or a launch refused for a taken port).
   returned: when the port was taken
   type: list
   elements: str

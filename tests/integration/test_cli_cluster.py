@@ -1,0 +1,127 @@
+"""`torchfleet launch/status/stop/logs` through ansible-runner on a ready cluster.
+
+Uses the session's `cluster` fixture (three nodes, set up once); with
+TORCHFLEET_TEST_INVENTORY=inventory/local.yml it runs against that already set-up cluster instead.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = ["--epochs", "1", "--use-syn", "--no-wandb"]
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def target(request):
+    """(inventory, environment) of a cluster that setup has prepared."""
+    given = os.environ.get("TORCHFLEET_TEST_INVENTORY")
+    if given:
+        return str(REPO / given), dict(os.environ)
+    ready = request.getfixturevalue("cluster")
+    return str(ready.inventory), ready.env
+
+
+def torchfleet(target, *args, timeout=900):
+    inventory, env = target
+    command, rest = args[0], list(args[1:])
+    argv = [sys.executable, "-m", "torchfleet", command, "-i", inventory, *rest]
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_launch_prints_rank0_report(target):
+    result = torchfleet(target, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--", *TRAIN)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = [line for line in result.stdout.splitlines() if line.startswith("TORCHFLEET_RESULT ")]
+    assert report, result.stdout
+    assert json.loads(report[-1].split(" ", 1)[1])["world_size"] == 3
+    assert ": rc 0, world size 3" in result.stdout
+
+
+def test_failed_rank_gives_nonzero_and_names_it(target):
+    result = torchfleet(target, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--json",
+                        "--", *TRAIN, "--fail-on-rank", "1")
+    assert result.returncode != 0
+    assert "rank 1 on " in result.stderr
+    data = json.loads(result.stdout)
+    assert data["result"]["failed_rank"] == 1 and data["rc"] == result.returncode
+    assert data["artifacts"] and Path(data["artifacts"]).is_dir()
+    assert not (Path(data["artifacts"]) / "command").exists()  # it held the environment
+    shutil.rmtree(Path(data["artifacts"]).parents[1])
+
+
+ECHO = """import json, os, sys
+if os.environ.get("RANK") == "0":
+    print("ARGV " + json.dumps(sys.argv[1:]), flush=True)
+    print("SECRET_SET", bool(os.environ.get("TF_TEST_SECRET")), flush=True)
+"""
+
+
+def test_script_args_arrive_byte_for_byte_and_secrets_stay_off_disk(target, tmp_path):
+    inventory, env = target
+    env = dict(env, TF_TEST_SECRET="s3cret-value-that-must-not-leak")
+    script = tmp_path / "tf_echo_args.py"
+    script.write_text(ECHO)
+    nasty = ["$(touch /tmp/x); rm -rf ~", "{{ 7*7 }}", "true", "", "--", "a 'b' \"c\"\n\td", "é✓"]
+    result = torchfleet((inventory, env), "launch", str(script), "-e", "nproc_per_node=1",
+                        "-e", '{"env_secrets": ["TF_TEST_SECRET"]}', "--json", "--", *nasty)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    lines = data["report"]
+    assert "ARGV " + json.dumps(nasty) in lines, lines
+    assert "SECRET_SET True" in lines
+    assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_mtime < script.stat().st_mtime
+    assert "s3cret-value" not in result.stdout + result.stderr
+    assert data["artifacts"] is None  # a successful run leaves nothing behind
+
+
+def test_failed_run_keeps_no_secret_in_its_artifacts(target):
+    inventory, env = target
+    env = dict(env, TF_TEST_SECRET="s3cret-value-that-must-not-leak")
+    result = torchfleet((inventory, env), "launch", "examples/train.py", "-e", "nproc_per_node=1",
+                        "-e", '{"env_secrets": ["TF_TEST_SECRET"]}', "--json", "--", *TRAIN,
+                        "--fail-on-rank", "2")
+    data = json.loads(result.stdout)
+    assert result.returncode != 0 and data["result"]["failed_rank"] == 2
+    leaked = subprocess.run(["grep", "-rl", "s3cret-value", data["artifacts"]],
+                            capture_output=True, text=True)
+    assert leaked.stdout == ""
+    assert "s3cret-value" not in result.stdout + result.stderr
+    shutil.rmtree(Path(data["artifacts"]).parents[1])
+
+
+def test_status_stop_and_logs(target):
+    inventory, env = target
+    argv = [sys.executable, "-m", "torchfleet", "launch", "examples/train.py", "-i", inventory,
+            "-e", "nproc_per_node=1", "--", "--epochs", "1000", "--use-syn", "--no-wandb"]
+    long_run = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        alive = {}
+        for _ in range(60):
+            status = torchfleet(target, "status", "--json")
+            assert status.returncode == 0, status.stderr
+            alive = json.loads(status.stdout)["runs"]
+            if alive and all(alive.values()):
+                break
+        assert alive and all(alive.values()), alive
+        run_id = next(iter(alive.values()))[0]
+        stop = torchfleet(target, "stop", run_id)
+        assert stop.returncode == 0, stop.stderr
+        assert "Stopped on" in stop.stdout and run_id in stop.stdout
+        assert long_run.wait(timeout=300) != 0
+        status = torchfleet(target, "status", "--json")
+        assert not any(json.loads(status.stdout)["runs"].values())
+        logs = torchfleet(target, "logs", run_id)
+        assert logs.returncode == 0 and logs.stdout.startswith(f"# {run_id}")
+    finally:
+        if long_run.poll() is None:
+            long_run.kill()
+            torchfleet(target, "stop")

@@ -1,0 +1,134 @@
+"""`torchfleet doctor` on a ready cluster: healthy, then one thing broken at a time, then repaired."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ready_cluster import NODES, REPO, run
+
+HEAD, WORKER, OTHER = NODES
+ENV_PYTHON = "/opt/torchfleet/envs/torchfleet/bin/python"
+
+
+def doctor(cluster, *extra):
+    """(exit code, results) of `python -m torchfleet.doctor --json` against the cluster."""
+    result = subprocess.run([sys.executable, "-m", "torchfleet.doctor", "-i", str(cluster.inventory), "--json", *extra],
+                            cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=900)
+    assert result.returncode in (0, 1), result.stdout[-2000:] + result.stderr[-3000:]
+    return result.returncode, json.loads(result.stdout)["results"]
+
+
+def failed(results):
+    return [entry for entry in results if not entry["ok"]]
+
+
+def docker_exec(node, *argv):
+    result = run(["docker", "exec", node, *argv], timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def wait_for_sshd(node):
+    """Until `node`'s sshd answers from the head (bounded number of tries, no timing asserted)."""
+    probe = ("import socket,sys\ntry:\n socket.create_connection((sys.argv[1], 22), 2).close()\n"
+             "except OSError:\n sys.exit(1)")
+    for _ in range(60):
+        if run(["docker", "exec", HEAD, "python3", "-c", probe, node], timeout=30).returncode == 0:
+            return
+        run(["sleep", "1"])
+    pytest.fail(f"sshd of {node} did not come back")
+
+
+def assert_healthy(cluster):
+    rc, results = doctor(cluster)
+    assert rc == 0, failed(results)
+    return results
+
+
+@pytest.fixture
+def healthy(cluster):
+    """The cluster passes the doctor before and after each test."""
+    assert_healthy(cluster)
+    yield cluster
+    assert_healthy(cluster)
+
+
+def test_healthy_cluster_reports_docker0_as_information(healthy):
+    results = assert_healthy(healthy)
+    docker0 = [entry for entry in results if entry["check"] == "interfaces" and "docker0" in entry["reason"]]
+    assert docker0 and docker0[0]["ok"] and docker0[0]["level"] == "info"
+    assert "same address 172.17.0.1 on every node" in docker0[0]["reason"]
+    assert {entry["check"] for entry in results} >= {"ssh", "versions", "gpus", "network", "port", "runs"}
+
+
+def test_sshd_down_on_a_worker(healthy):
+    # sshd is the node's first process: stopping it stops the node's container; `docker start` repairs.
+    run(["docker", "exec", WORKER, "pkill", "sshd"], timeout=60)
+    try:
+        rc, results = doctor(healthy)
+        assert rc == 1
+        bad = {(entry["check"], entry["host"]): entry["reason"] for entry in failed(results)}
+        assert bad[("ssh", WORKER)].startswith("unreachable from the controller")
+        assert f"{HEAD} -> {WORKER}" in bad[("ssh", HEAD)] and "connection problem" in bad[("ssh", HEAD)]
+    finally:
+        run(["docker", "start", WORKER], timeout=120)
+        wait_for_sshd(WORKER)
+
+
+def test_a_known_hosts_line_deleted(healthy):
+    known_hosts = "/etc/ssh/ssh_known_hosts"
+    docker_exec(OTHER, "cp", known_hosts, "/tmp/known_hosts.doctor")
+    try:
+        docker_exec(OTHER, "sed", "-i", f"/^{HEAD},.* ssh-ed25519 /d", known_hosts)
+        rc, results = doctor(healthy)
+        assert rc == 1
+        (entry,) = failed(results)
+        assert (entry["check"], entry["host"]) == ("ssh", OTHER)
+        assert "host key problem" in entry["reason"] and f"ssh-ed25519 key of {HEAD}" in entry["reason"]
+    finally:
+        docker_exec(OTHER, "cp", "/tmp/known_hosts.doctor", known_hosts)
+
+
+def test_a_package_changed_on_one_node(healthy):
+    wheelhouse = docker_exec(OTHER, "sh", "-c", "dirname $(find /opt/torchfleet/wheelhouse -name requirements.lock)").strip()
+    version = docker_exec(OTHER, ENV_PYTHON, "-c", "import importlib.metadata as m; print(m.version('mpmath'))").strip()
+    docker_exec(OTHER, ENV_PYTHON, "-m", "pip", "uninstall", "-y", "-q", "mpmath")
+    try:
+        rc, results = doctor(healthy)
+        assert rc == 1
+        (entry,) = failed(results)
+        assert (entry["check"], entry["host"]) == ("versions", OTHER)
+        assert f"{OTHER} differs from {HEAD}" in entry["reason"] and "mpmath missing" in entry["reason"]
+    finally:
+        docker_exec(OTHER, ENV_PYTHON, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheelhouse,
+                    f"mpmath=={version}")
+
+
+def test_the_port_taken_on_the_head(healthy):
+    holder = "import socket,time\ns=socket.socket()\ns.bind(('0.0.0.0', 29500))\ns.listen()\ntime.sleep(600)"
+    docker_exec(HEAD, "sh", "-c", f"python3 -c \"{holder}\" >/dev/null 2>&1 & echo $! > /tmp/doctor-port.pid")
+    try:
+        rc, results = doctor(healthy)
+        assert rc == 1
+        (entry,) = failed(results)
+        assert (entry["check"], entry["host"]) == ("port", HEAD)
+        assert "29500 is taken" in entry["reason"] and "pid" in entry["reason"]
+        rc, results = doctor(healthy, "--master-port", "29511")  # another port is fine
+        assert rc == 0, failed(results)
+    finally:
+        docker_exec(HEAD, "sh", "-c", "kill $(cat /tmp/doctor-port.pid)")
+
+
+def test_a_stale_process_of_a_run(healthy):
+    docker_exec(WORKER, "sh", "-c", "TORCHFLEET_RUN_ID=tf-doctor-stale sleep 600 >/dev/null 2>&1 & "
+                                    "echo $! > /tmp/doctor-stale.pid")
+    try:
+        rc, results = doctor(healthy)
+        assert rc == 1
+        (entry,) = failed(results)
+        assert (entry["check"], entry["host"]) == ("runs", WORKER)
+        assert "tf-doctor-stale" in entry["reason"]
+    finally:
+        docker_exec(WORKER, "sh", "-c", "kill $(cat /tmp/doctor-stale.pid)")

@@ -1,0 +1,327 @@
+"""`torchfleet render`: the launch plan from the inventory and cached facts, without a connection.
+
+The argv, hostfile and environment come from the collection's one renderer (`_launch_plan`), fed
+as the launch role feeds it; batch scripts (PBS, Slurm) run the same command shape inside an
+allocation, taking the nodes from the scheduler at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from torchfleet.collection import module_util
+
+
+class RenderError(Exception):
+    """A problem the user can act on."""
+
+
+# --- extra vars, as ansible-playbook reads them --------------------------------------------------
+
+def parse_extra_vars(values: list[str]) -> dict:
+    """-e KEY=VALUE (several per -e), -e JSON/YAML mapping, -e @FILE; later ones win."""
+    result: dict = {}
+    for value in values:
+        if value.startswith("@"):
+            try:
+                data = yaml.safe_load(Path(value[1:]).read_text())
+            except (OSError, yaml.YAMLError) as error:
+                raise RenderError(f"-e {value}: cannot read it: {error}") from None
+        elif value.lstrip().startswith(("{", "[")):
+            try:
+                data = yaml.safe_load(value)
+            except yaml.YAMLError as error:
+                raise RenderError(f"-e {value!r} is not valid JSON/YAML: {error}") from None
+        else:
+            data = {}
+            for word in shlex.split(value):
+                key, sep, val = word.partition("=")
+                if not sep or not key:
+                    raise RenderError(f"-e {value!r}: expected KEY=VALUE, JSON or @FILE")
+                data[key] = val
+        if data is None:
+            continue
+        if not isinstance(data, dict):
+            raise RenderError(f"-e {value!r} must give a mapping of variables")
+        result.update(data)
+    return result
+
+
+# --- inventory and facts -----------------------------------------------------------------------
+
+def ansible_tool(name: str) -> list[str]:
+    """argv to run an ansible-core CLI: beside this Python, on PATH, else as a module."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which(name)
+    return [found] if found else [sys.executable, "-m", "ansible.cli." + name.split("-", 1)[1]]
+
+
+def read_inventory(inventories: list[str], env: dict, limit: str | None = None, group: str = "cluster"):
+    """(hosts of `group` in inventory order, {host: vars}) from `ansible-inventory --list`."""
+    argv = [*ansible_tool("ansible-inventory"), "--list"]
+    for inventory in inventories:
+        argv += ["-i", inventory]
+    if limit:
+        argv += ["--limit", limit]
+    # Inventory variables only: the facts are read from the cache separately.
+    env = dict(env, ANSIBLE_CACHE_PLUGIN="ansible.builtin.memory")
+    result = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise RenderError(f"ansible-inventory failed: {result.stderr.strip()}")
+    data = json.loads(result.stdout)
+    hostvars = data.get("_meta", {}).get("hostvars", {})
+
+    def hosts_of(name, seen):
+        if name in seen:
+            return []
+        seen.add(name)
+        entry = data.get(name, {})
+        found = list(entry.get("hosts", []))
+        for child in entry.get("children", []):
+            found += hosts_of(child, seen)
+        return found
+
+    hosts = list(dict.fromkeys(hosts_of(group, set())))
+    if not hosts:
+        raise RenderError(f"the inventory has no hosts in group {group!r}; put every node in it")
+    return hosts, {host: hostvars.get(host, {}) for host in hosts}
+
+
+def _untag(value):
+    """ansible-core 2.19 keeps tagged values as {"value": ..., "__ansible_type": ...}."""
+    if isinstance(value, dict):
+        if "__ansible_type" in value and "value" in value:
+            return _untag(value["value"])
+        return {key: _untag(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_untag(item) for item in value]
+    return value
+
+
+def read_facts(cache_dir: Path, host: str) -> dict | None:
+    """A host's facts from the jsonfile cache (`s1_HOST` of ansible-core 2.19, or plain `HOST`)."""
+    for name in (f"s1_{host}", host):
+        path = Path(cache_dir) / name
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and "__payload__" in data:
+            data = json.loads(data["__payload__"])
+        return _untag(data) if isinstance(data, dict) else None
+    return None
+
+
+def _as_list(value, what: str) -> list[str]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if isinstance(value, list):
+        return [str(item) for item in value]
+    raise RenderError(f"{what} must be a list, got {value!r}")
+
+
+def _as_int(value, what: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise RenderError(f"{what} must be a number, got {value!r}") from None
+
+
+# --- the plan ----------------------------------------------------------------------------------
+
+def new_run_id() -> str:
+    return f"tf-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
+
+
+def build(script: str, script_args: list[str], extra: dict, hosts: list[str], hostvars: dict,
+          cache_dir: Path, batch_nodes: int | None = None, batch_slots: int | None = None):
+    """(Plan, source) as the launch role would build it; `source` is "facts" or "inventory".
+
+    With batch_nodes the nodes are placeholders filled in at run time (see batch_script)."""
+    lp = module_util("_launch_plan")
+    first = hostvars.get(hosts[0], {}) if hosts else {}
+    head = first.get("torchfleet_head") or (hosts[0] if hosts else None)
+    user = first.get("cluster_user_name", "torchfleet")
+    nproc = str(extra.get("nproc_per_node", "auto"))
+    if nproc != "auto":
+        nproc = _as_int(nproc, "nproc_per_node")
+    facts = {host: read_facts(cache_dir, host) for host in hosts}
+    ready = bool(hosts) and all(f and f.get("preflight_net") for f in facts.values())
+    source = "facts" if ready else "inventory"
+    interface = extra.get("interface")
+
+    nodes = []
+    if batch_nodes:
+        slots = batch_slots or (nproc if nproc != "auto" else 1)
+        for i in range(batch_nodes):
+            nodes.append(lp.Node(name=f"node{i}", address=f"tf-node{i}.placeholder",
+                                 slots=slots, interface=interface))
+        head = "node0"
+    else:
+        for host in hosts:
+            hv, fact = hostvars[host], facts[host]
+            if ready:
+                net = fact["preflight_net"]
+                gpus = _as_int(fact.get("preflight_gpu_count", 0), "preflight_gpu_count")
+                address, iface = net["address"], net.get("interface")
+            else:
+                gpus = _as_int(hv.get("nproc_per_node", 1), f"{host}: nproc_per_node")
+                address = hv.get("ansible_host", host)
+                iface = interface or hv.get("torchfleet_interface")
+            slots = max(gpus, 1) if nproc == "auto" else nproc
+            nodes.append(lp.Node(name=host, address=str(address), slots=slots, interface=iface))
+    if not batch_nodes and len(nodes) > 1 and any(node.interface is None for node in nodes):
+        raise RenderError("no facts cached for these nodes (run `torchfleet setup` first), and the "
+                          "inventory does not name their cluster interface: give it with "
+                          "-e interface=NAME (e.g. eth0)")
+    head_facts = (facts.get(head) or {}) if ready else {}
+    home = (head_facts.get("getent_passwd") or {}).get(user, [None] * 5)[4] or f"~{user}"
+    workdir = str(extra.get("cluster_user_workdir", f"{home}/torchfleet"))
+    run_id = str(extra.get("run_id") or new_run_id())
+    shared = str(extra.get("shared_storage", "false")).lower() in ("true", "yes", "1", "on")
+    log_dir = str(extra.get("log_dir", f"{workdir}/runs"))
+    run_dir = f"{log_dir}/{run_id}"
+    mode = str(extra.get("launch_mode", "torchrun"))
+    env_pass = _as_list(extra.get("env_pass"), "env_pass")
+    env_pass += [name for name in ("PATH",) if name not in env_pass]
+    env_set = extra.get("env_set") or {}
+    if not isinstance(env_set, dict):
+        raise RenderError(f"env_set must be a mapping, got {env_set!r}")
+    plan = lp.Plan(
+        nodes=tuple(nodes), head=head, run_id=run_id,
+        script=script if shared else f"{workdir}/scripts/{os.path.basename(script)}",
+        hostfile_path=f"{run_dir}/hostfile", script_args=tuple(script_args), mode=mode,
+        port=_as_int(extra.get("master_port", 29500), "master_port"),
+        python=head_facts.get("python_env_python", "python3"),
+        torchrun=head_facts.get("python_env_torchrun", "torchrun"),
+        launcher=head_facts.get("openmpi_mpirun"),
+        log_dir=f"{run_dir}/ranks" if mode != "mpich" else None,
+        node_log_dir=f"{run_dir}/workers" if mode != "rank" else None,
+        env_pass=tuple(env_pass), env_secrets=tuple(_as_list(extra.get("env_secrets"), "env_secrets")),
+        env_set={str(k): str(v) for k, v in env_set.items()},
+        mpirun_extra_args=tuple(_as_list(extra.get("mpirun_extra_args"), "mpirun_extra_args")),
+        allow_run_as_root=user == "root",
+    )
+    if batch_nodes:
+        import dataclasses
+        # Inside an allocation: logs beside the job, the script where it is, tools from PATH.
+        plan = dataclasses.replace(plan, script=script, hostfile_path=HOSTFILE, log_dir=None,
+                                   node_log_dir=None, run_id=RUN_ID, python="python3",
+                                   torchrun="torchrun", launcher=None, allow_run_as_root=False)
+    return plan, source
+
+
+def render(plan):
+    lp = module_util("_launch_plan")
+    try:
+        return lp.render(plan)
+    except lp.PlanError as error:
+        raise RenderError(str(error)) from None
+
+
+def as_json(plan, rendered, source: str) -> dict:
+    return {"argv": rendered.argv, "command": rendered.command, "hostfile": rendered.hostfile,
+            "nodes": list(rendered.nodes), "head": plan.head, "run_id": plan.run_id,
+            "nproc_per_node": plan.nproc_per_node or plan.nodes[0].slots if plan.mode != "rank" else None,
+            "world_size": rendered.world_size, "mode": plan.mode,
+            "env": rendered.display_env, "per_node_env": rendered.per_node_env, "source": source}
+
+
+def as_text(plan, rendered, source: str) -> str:
+    lines = ["# command (run on the head, " + plan.head + ")", rendered.command, "",
+             f"# hostfile ({plan.hostfile_path})", rendered.hostfile.rstrip("\n"), "",
+             "# environment of the launcher (forwarded to every rank)"]
+    lines += [f"{name}={shlex.quote(value)}" for name, value in rendered.display_env.items()]
+    for node, values in rendered.per_node_env.items():
+        lines += [f"# on {node}: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())]
+    return "\n".join(lines) + "\n"
+
+
+# --- batch scripts -----------------------------------------------------------------------------
+
+HEAD = "tf-node0.placeholder"
+RUN_ID = "tf-run-placeholder"
+HOSTFILE = "/tf-hostfile-placeholder"
+_SUBS = {HEAD: '"$head"', RUN_ID: '"$run_id"', HOSTFILE: '"$hostfile"'}
+_SUB_RE = re.compile("|".join(re.escape(key) for key in _SUBS))
+
+
+def _word(word: str) -> str:
+    """shlex-quote `word`, with placeholders as run-time shell variables."""
+    parts, last = [], 0
+    for match in _SUB_RE.finditer(word):
+        if match.start() > last:
+            parts.append(shlex.quote(word[last:match.start()]))
+        parts.append(_SUBS[match.group()])
+        last = match.end()
+    if last < len(word) or not parts:
+        parts.append(shlex.quote(word[last:]))
+    return "".join(parts)
+
+
+def batch_script(fmt: str, plan, rendered, *, nodes: int, gpus_per_node: int | None,
+                 walltime: str | None, queue: str | None, account: str | None,
+                 job_name: str = "torchfleet") -> str:
+    """A PBS or Slurm batch script that runs `rendered` from the allocation's first node."""
+    q = shlex.quote
+    if fmt == "pbs":
+        select = f"select={nodes}:ncpus=1" + (f":ngpus={gpus_per_node}" if gpus_per_node else "")
+        headers = [f"#PBS -N {job_name}", f"#PBS -l {select}", "#PBS -l place=scatter"]
+        headers += [f"#PBS -l walltime={walltime}"] if walltime else []
+        headers += [f"#PBS -q {queue}"] if queue else []
+        headers += [f"#PBS -A {account}"] if account else []
+        list_nodes = 'awk \'NF && !seen[$1]++ {print $1}\' "${PBS_NODEFILE:?not inside a PBS job}"'
+        job_id = "${PBS_JOBID:-$$}"
+        cd = 'cd "${PBS_O_WORKDIR:-.}"'
+    else:
+        headers = [f"#SBATCH --job-name={job_name}", f"#SBATCH --nodes={nodes}",
+                   "#SBATCH --ntasks-per-node=1"]
+        headers += [f"#SBATCH --gpus-per-node={gpus_per_node}"] if gpus_per_node else []
+        headers += [f"#SBATCH --time={walltime}"] if walltime else []
+        headers += [f"#SBATCH --partition={queue}"] if queue else []
+        headers += [f"#SBATCH --account={account}"] if account else []
+        list_nodes = 'scontrol show hostnames "${SLURM_JOB_NODELIST:?not inside a Slurm job}"'
+        job_id = "${SLURM_JOB_ID:-$$}"
+        cd = ":"
+    slots = plan.nodes[0].slots
+    env = " ".join(f"{name}={_word(value)}" for name, value in rendered.env.items())
+    argv = rendered.argv
+    user_args = len(plan.script_args)
+    words = [_word(w) for w in argv[:len(argv) - user_args]] + [q(w) for w in argv[len(argv) - user_args:]]
+    command = " \\\n  ".join(words)
+    body = f"""#!/bin/bash
+{chr(10).join(headers)}
+# Written by `torchfleet render --format {fmt}`: one torchrun per node through mpirun, the
+# rendezvous at the first node of the allocation.
+set -euo pipefail
+{cd}
+nodes=$({list_nodes})
+count=$(printf '%s\\n' "$nodes" | grep -c .)
+if [ "$count" -ne {nodes} ]; then
+  echo "torchfleet: this script was rendered for {nodes} nodes, the job has $count" >&2; exit 1
+fi
+head=$(printf '%s\\n' "$nodes" | head -n 1)
+case "$head" in *[!A-Za-z0-9._:-]*) echo "torchfleet: odd node name: $head" >&2; exit 1;; esac
+run_id=$(printf 'tf-%s' "{job_id}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c 1-64)
+hostfile=$(mktemp "${{TMPDIR:-/tmp}}/torchfleet-hostfile.XXXXXX")
+trap 'rm -f "$hostfile"' EXIT
+printf '%s slots={slots}\\n' $nodes > "$hostfile"
+export {env}
+{command}
+"""
+    return body

@@ -1,0 +1,175 @@
+"""Run the collection's playbooks (and ad-hoc module calls) through ansible-runner.
+
+Every run gets a fresh private data directory; settings travel as environment variables, extra
+vars on the command line, so nothing of the user's (or a secret) is written to env/ files. The
+one file ansible-runner writes with the whole environment (artifacts/ID/command) is removed as
+soon as the playbook has started; the rest (stdout, job events) is kept only when the run fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchfleet.collection import collections_path
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def fact_cache_dir(cwd: Path | None = None) -> Path:
+    configured = os.environ.get("ANSIBLE_CACHE_PLUGIN_CONNECTION")
+    return Path(configured) if configured else (cwd or Path.cwd()) / ".cache" / "facts"
+
+
+def ansible_env() -> dict[str, str]:
+    """The settings of the checkout's ansible.cfg that matter, explicit, so any directory works."""
+    paths = [str(collections_path())]
+    if os.environ.get("ANSIBLE_COLLECTIONS_PATH"):
+        paths.append(os.environ["ANSIBLE_COLLECTIONS_PATH"])
+    # ansible-playbook and friends as installed beside this Python (a venv not on PATH).
+    bindir = str(Path(sys.executable).parent)
+    return {
+        "PATH": os.pathsep.join([bindir, os.environ.get("PATH", os.defpath)]),
+        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(paths),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",  # ansible-runner turns it off unless told
+        "ANSIBLE_GATHERING": "smart",
+        "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(fact_cache_dir().resolve()),
+        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "86400",
+        "ANSIBLE_INTERPRETER_PYTHON": "auto_silent",
+        "ANSIBLE_FORKS": os.environ.get("ANSIBLE_FORKS", "32"),
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_PIPELINING": "True",
+    }
+
+
+@dataclass
+class HostState:
+    done: int = 0
+    changed: int = 0
+    failed: int = 0
+    task: str = ""
+
+
+@dataclass
+class Progress:
+    """Follows the event stream: a live line per host on a terminal, plain lines otherwise."""
+    stream: object = sys.stderr
+    live: bool = False
+    verbose: int = 0
+    hosts: dict[str, HostState] = field(default_factory=dict)
+    failures: dict[str, dict] = field(default_factory=dict)
+    results: list[dict] = field(default_factory=list)  # ok results: {host, task, res}
+    stats: dict = field(default_factory=dict)
+    tail: deque = field(default_factory=lambda: deque(maxlen=15))  # Ansible's last output lines
+    _drawn: int = 0
+    _artifacts: Path | None = None
+
+    def __call__(self, event: dict) -> bool:
+        if self._artifacts is not None:
+            # ansible-runner wrote the whole environment here before starting the playbook.
+            (self._artifacts / "command").unlink(missing_ok=True)
+            self._artifacts = None
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        host = data.get("host")
+        task = data.get("task", "")
+        if kind == "playbook_on_task_start" and not self.live:
+            print(f"torchfleet: {task}", file=self.stream, flush=True)
+        if kind == "playbook_on_stats":
+            self.stats = data
+        if host and kind.startswith("runner_on_") and kind not in ("runner_on_start",):
+            state = self.hosts.setdefault(host, HostState())
+            state.task = task
+            res = data.get("res", {}) if isinstance(data.get("res"), dict) else {}
+            if kind in ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable"):
+                state.done += 1
+            if res.get("changed"):
+                state.changed += 1
+            if kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
+                state.failed += 1
+                message = res.get("msg") or res.get("stderr") or res.get("reason") or "failed"
+                self.failures[host] = {"task": task, "msg": str(message).strip(),
+                                       "unreachable": kind == "runner_on_unreachable"}
+                if not self.live:
+                    print(f"torchfleet: {host}: FAILED: {task}", file=self.stream, flush=True)
+            if kind == "runner_on_ok":
+                self.results.append({"host": host, "task": task, "res": res})
+            if self.live:
+                self.draw()
+        if event.get("stdout"):
+            self.tail.extend(ANSI.sub("", event["stdout"]).splitlines())
+        if self.verbose and event.get("stdout") and not self.live:
+            print(event["stdout"], file=self.stream, flush=True)
+        return True
+
+    def draw(self) -> None:
+        out = self.stream
+        if self._drawn:
+            out.write(f"\x1b[{self._drawn}F")
+        for name, state in self.hosts.items():
+            mark = "FAILED" if state.failed else "ok"
+            out.write(f"\x1b[2K{name:<24} {state.done:>3} tasks  {state.changed:>3} changed  "
+                      f"{state.failed} failed  {mark:<6} {state.task[:60]}\n")
+        self._drawn = len(self.hosts)
+        out.flush()
+
+
+@dataclass
+class Outcome:
+    rc: int
+    status: str
+    progress: Progress
+    artifacts: Path | None  # kept when the run failed
+
+
+def run(*, playbook: str | None = None, module: str | None = None, module_args: str = "",
+        host_pattern: str = "cluster", inventories: list[str], cmdline: list[str],
+        progress: Progress, keep_on_success: bool = False) -> Outcome:
+    import ansible_runner  # imported late: `render` and `cluster` never need it
+
+    private = Path(tempfile.mkdtemp(prefix="torchfleet-run-"))
+    ident = "run"
+    progress._artifacts = private / "artifacts" / ident
+    kwargs = dict(
+        private_data_dir=str(private), ident=ident, project_dir=os.getcwd(),
+        cmdline=shlex.join([a for i in inventories for a in ("-i", str(Path(i).resolve()))] + cmdline), envvars=ansible_env(), suppress_env_files=True,
+        quiet=True, event_handler=progress, rotate_artifacts=1,
+        # Not "jsonfile": ansible-runner would point the fact cache into its artifacts.
+        fact_cache_type="ansible.builtin.jsonfile",
+    )
+    if playbook:
+        kwargs["playbook"] = playbook
+    else:
+        kwargs.update(module=module, module_args=module_args, host_pattern=host_pattern)
+    try:
+        result = ansible_runner.run(**kwargs)
+    finally:
+        (private / "artifacts" / ident / "command").unlink(missing_ok=True)
+    rc = result.rc if isinstance(result.rc, int) else 1
+    if rc == 0 and not keep_on_success:
+        shutil.rmtree(private, ignore_errors=True)
+        return Outcome(rc, result.status, progress, None)
+    return Outcome(rc, result.status, progress, private / "artifacts" / ident)
+
+
+def print_failures(outcome: Outcome, stream=sys.stderr) -> None:
+    for host, failure in outcome.progress.failures.items():
+        what = "unreachable" if failure["unreachable"] else "failed"
+        message = failure["msg"]
+        print(f"torchfleet: {host} {what} at {failure['task']!r}: {message}", file=stream)
+    if outcome.rc != 0 and not outcome.progress.failures:
+        # No host failed: Ansible itself stopped (a parse error, a bad option); show its words.
+        for line in outcome.progress.tail:
+            print(f"  {line}", file=stream)
+    if outcome.artifacts:
+        print(f"torchfleet: the playbook ended with rc {outcome.rc} ({outcome.status}); its output "
+              f"and events are in {outcome.artifacts}", file=stream)
