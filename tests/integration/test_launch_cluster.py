@@ -63,7 +63,9 @@ def test_a_second_launch_is_refused_while_a_run_is_alive_and_stop_ends_it(cluste
 
 def test_a_taken_port_is_reported_before_launch(cluster):
     holder = run(["docker", "exec", "-d", "-u", "torchfleet", NODES[0], "python3", "-c",
-                  "import socket, time; s = socket.socket(); s.bind(('', 29500)); s.listen(); time.sleep(600)"],
+                  # SO_REUSEADDR: the last run's connections may still sit in TIME_WAIT on the port.
+                  "import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+                  "s.bind(('', 29500)); s.listen(); time.sleep(600)"],
                  timeout=60)
     assert holder.returncode == 0, holder.stderr
     try:
