@@ -144,10 +144,6 @@ def _as_int(value, what: str) -> int:
 
 # --- the plan ----------------------------------------------------------------------------------
 
-def new_run_id() -> str:
-    return f"tf-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
-
-
 def build(script: str, script_args: list[str], extra: dict, hosts: list[str], hostvars: dict,
           cache_dir: Path, batch_nodes: int | None = None, batch_slots: int | None = None):
     """(Plan, source) as the launch role would build it; `source` is "facts" or "inventory".
@@ -192,11 +188,12 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     head_facts = (facts.get(head) or {}) if ready else {}
     home = (head_facts.get("getent_passwd") or {}).get(user, [None] * 5)[4] or f"~{user}"
     workdir = str(extra.get("cluster_user_workdir", f"{home}/torchfleet"))
-    run_id = str(extra.get("run_id") or new_run_id())
+    run_id = str(extra.get("run_id") or lp.new_run_id(datetime.now(timezone.utc), secrets.token_hex(3)))
     shared = str(extra.get("shared_storage", "false")).lower() in ("true", "yes", "1", "on")
     log_dir = str(extra.get("log_dir", f"{workdir}/runs"))
     run_dir = f"{log_dir}/{run_id}"
     mode = str(extra.get("launch_mode", "torchrun"))
+    ranks, workers = lp.run_log_dirs(run_dir, mode)
     env_pass = _as_list(extra.get("env_pass"), "env_pass")
     env_pass += [name for name in ("PATH",) if name not in env_pass]
     env_set = extra.get("env_set") or {}
@@ -210,8 +207,7 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
         python=head_facts.get("python_env_python", "python3"),
         torchrun=head_facts.get("python_env_torchrun", "torchrun"),
         launcher=head_facts.get("openmpi_mpirun"),
-        log_dir=f"{run_dir}/ranks" if mode != "mpich" else None,
-        node_log_dir=f"{run_dir}/workers" if mode != "rank" else None,
+        log_dir=ranks, node_log_dir=workers,
         env_pass=tuple(env_pass), env_secrets=tuple(_as_list(extra.get("env_secrets"), "env_secrets")),
         env_set={str(k): str(v) for k, v in env_set.items()},
         mpirun_extra_args=tuple(_as_list(extra.get("mpirun_extra_args"), "mpirun_extra_args")),

@@ -448,6 +448,24 @@ def validate(plan: Plan) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Run ids and log layout (shared by the module and `torchfleet render`)
+# ---------------------------------------------------------------------------------------------
+
+def new_run_id(now, token: str) -> str:
+    """tf-YYYYMMDD-HHMMSS-TOKEN from a UTC time and a random token: sorts by start time, and the
+    token keeps two launches in the same second apart."""
+    return f"tf-{now:%Y%m%d-%H%M%S}-{token}"
+
+
+def run_log_dirs(run_dir: str, mode: str) -> tuple[str | None, str | None]:
+    """(per-rank files of Open MPI on each node, torchrun's per-worker logs on each node) under
+    a run's directory; None where the mode has no such logs."""
+    ranks = f"{run_dir}/ranks" if mode != "mpich" else None
+    workers = f"{run_dir}/workers" if mode != "rank" else None
+    return ranks, workers
+
+
+# ---------------------------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------------------------
 

@@ -416,7 +416,7 @@ import signal
 import socket
 import subprocess
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
@@ -424,7 +424,9 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
     Node,
     Plan,
     PlanError,
+    new_run_id,
     render,
+    run_log_dirs,
 )
 
 RUN_ID_VAR = "TORCHFLEET_RUN_ID"
@@ -443,12 +445,6 @@ KEEP_ENV_PREFIXES = ("LC_", "OMPI_MCA_", "PMIX_MCA_")
 # ---------------------------------------------------------------------------------------------
 # Pure helpers (unit-tested)
 # ---------------------------------------------------------------------------------------------
-
-def new_run_id(now: datetime, token: str) -> str:
-    """tf-YYYYMMDD-HHMMSS-TOKEN: sorts by start time, and the token keeps two launches in the
-    same second apart."""
-    return f"tf-{now:%Y%m%d-%H%M%S}-{token}"
-
 
 def exit_status(returncode: int) -> int:
     """Shell convention: Popen's -N (killed by signal N) becomes 128+N, so it is never 0."""
@@ -902,10 +898,9 @@ def build(module, run_id, run_dir):
     taken = RESERVED_ENV | set(env_set) | set(secret_values)
     env_pass, missing = resolve_env_pass(p["env_pass"], os.environ, taken)
     nodes = tuple(Node(**node) for node in p["nodes"])
-    open_mpi = p["mode"] != "mpich"
+    ranks, workers = run_log_dirs(run_dir, p["mode"])
     paths = {"run": run_dir, "launcher": os.path.join(run_dir, "launcher.log"),
-             "ranks": os.path.join(run_dir, "ranks") if open_mpi else "",
-             "workers": os.path.join(run_dir, "workers") if p["mode"] != "rank" else ""}
+             "ranks": ranks or "", "workers": workers or ""}
     plan = Plan(
         nodes=nodes, head=p["head"], script=p["script"], run_id=run_id,
         hostfile_path=os.path.join(run_dir, "hostfile"), script_args=tuple(p["script_args"]),
@@ -955,7 +950,7 @@ def preflight(module, plan, run_dir):
 
 def run_started(module):
     p = module.params
-    run_id = p["run_id"] or new_run_id(datetime.now(), secrets.token_hex(3))
+    run_id = p["run_id"] or new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
     run_dir = os.path.join(p["log_dir"], run_id)
     plan, rendered, secret_values, paths = build(module, run_id, run_dir)
     result = {
