@@ -36,7 +36,7 @@ def hand_command(hosts, cluster_vars, nproc):
     addresses = [h["ansible_host"] for h in hosts.values()]
     hostfile = "".join(f"{a} slots={nproc}\n" for a in addresses)
     torchrun = ("/opt/torchfleet/envs/torchfleet/bin/torchrun --nnodes=%d --node-rank=$OMPI_COMM_WORLD_RANK "
-                "--nproc-per-node=%d --rdzv-backend=c10d --rdzv-endpoint=%s:29500 --rdzv-id=hand "
+                "--nproc-per-node=%d --rdzv-backend=static --rdzv-endpoint=%s:29500 --rdzv-id=hand "
                 "torchfleet/scripts/train.py %s" % (len(addresses), nproc, addresses[0], " ".join(SCRIPT_ARGS)))
     line = ("printf %s > /tmp/hand-hostfile && mpirun -np %d --hostfile /tmp/hand-hostfile --map-by ppr:1:node "
             "--bind-to none --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "

@@ -48,8 +48,8 @@ how ``sh`` names itself in its own error messages).
 Modes:
 
 - ``torchrun`` (default): Open MPI ``mpirun`` starts one ``torchrun`` per node
-  (``--map-by ppr:1:node``); torchrun starts ``slots`` workers and rendezvouses (c10d) at the
-  head's address. One node: ``--standalone``.
+  (``--map-by ppr:1:node``); torchrun starts ``slots`` workers and rendezvouses at the head's
+  address (static rendezvous: the node ranks MPI gave). One node: ``--standalone``.
 - ``rank``: Open MPI starts one rank per slot (``--map-by slot``); the wrapper maps
   ``OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE,LOCAL_SIZE}`` to ``RANK, LOCAL_RANK, WORLD_SIZE,
   LOCAL_WORLD_SIZE`` and ``exec``s ``python SCRIPT``; ``MASTER_ADDR/PORT`` come via ``-x``.
@@ -488,7 +488,10 @@ def _torchrun_words(plan: Plan, nnodes: int, nproc: int, head: Node, node_rank: 
         words += [f"--nnodes={nnodes}", f'--node-rank="{node_rank}"']
     words.append(f"--nproc-per-node={nproc}")
     if nnodes > 1:
-        words += ["--rdzv-backend=c10d", q(f"--rdzv-endpoint={_endpoint(head.address, plan.port)}"),
+        # static, not c10d: c10d ignores --node-rank and orders nodes by FQDN, so the head
+        # might not be node 0 and a global rank would not tell its node. MPI has fixed the node
+        # ranks already; static keeps them, with the store on the head (node 0) at this endpoint.
+        words += ["--rdzv-backend=static", q(f"--rdzv-endpoint={_endpoint(head.address, plan.port)}"),
                   q(f"--rdzv-id={plan.run_id}")]
     if plan.node_log_dir:
         # --tee keeps the output flowing to the launcher as well as into the files.

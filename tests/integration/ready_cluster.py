@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-NAME = "tfit"
+# Another name lets two test sessions run side by side, each on its own containers.
+NAME = os.environ.get("TORCHFLEET_TEST_CLUSTER", "tfit")
 NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
 
 

@@ -49,7 +49,7 @@ def test_a_second_launch_is_refused_while_a_run_is_alive_and_stop_ends_it(cluste
     assert rc != 0
     assert f"A run of torchfleet is still alive: {NODES[0]} runs tf-" in flat
     assert "ansible-playbook launch.yml -e action=stop" in flat
-    assert "Copy the script and its files" not in output  # refused before anything changed
+    assert "Put the script and its files" not in output  # refused before anything changed
     assert long_run.poll() is None  # the first run goes on
 
     rc, output = cluster.launch("-e", "action=stop")
@@ -76,7 +76,7 @@ def test_a_taken_port_is_reported_before_launch(cluster):
         assert rc != 0
         assert f"The rendezvous port 29500 is taken on {NODES[0]}" in flat
         assert "-e master_port=N" in flat
-        assert "Copy the script and its files" not in output
+        assert "Put the script and its files" not in output
     finally:
         run(["docker", "exec", NODES[0], "pkill", "-u", "torchfleet", "-f", "s.bind"], timeout=60)
 

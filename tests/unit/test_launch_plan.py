@@ -74,7 +74,7 @@ TORCHRUN_3X2 = [
     "-x", "TORCHFLEET_RUN_ID", "-x", "NCCL_SOCKET_IFNAME", "-x", "GLOO_SOCKET_IFNAME",
     "/bin/sh", "-c",
     'exec torchrun --nnodes=3 --node-rank="${OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}"'
-    ' --nproc-per-node=2 --rdzv-backend=c10d --rdzv-endpoint=172.18.0.2:29500 --rdzv-id=run-1'
+    ' --nproc-per-node=2 --rdzv-backend=static --rdzv-endpoint=172.18.0.2:29500 --rdzv-id=run-1'
     ' /opt/tf/train.py "$@"',
     "torchfleet", "--epochs", "3",
 ]
@@ -158,7 +158,7 @@ def test_mpich_mode_exact_argv():
         "--envall", "/bin/sh", "-c",
         'exec /opt/env/bin/torchrun --nnodes=3'
         ' --node-rank="${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}" --nproc-per-node=2'
-        ' --rdzv-backend=c10d --rdzv-endpoint=172.18.0.2:29500 --rdzv-id=run-1'
+        ' --rdzv-backend=static --rdzv-endpoint=172.18.0.2:29500 --rdzv-id=run-1'
         ' /opt/tf/train.py "$@"',
         "torchfleet",
     ]
@@ -513,7 +513,7 @@ def test_torchrun_mode_user_args_arrive_byte_for_byte(tmp_path, fake_program):
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["argv"] == [
-        "--nnodes=3", "--node-rank=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+        "--nnodes=3", "--node-rank=2", "--nproc-per-node=2", "--rdzv-backend=static",
         "--rdzv-endpoint=172.18.0.2:29500", "--rdzv-id=run-1", script, *args]
     assert report["env"]["TORCHFLEET_RUN_ID"] == "run-1"
     assert not marker.exists()
