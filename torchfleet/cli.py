@@ -53,15 +53,52 @@ def _inventories(args: argparse.Namespace, scratch: Path) -> list[str]:
     result = []
     for number, path in enumerate(given):
         if not Path(path).exists():
-            raise UsageError(f"inventory {path} does not exist")
+            raise UsageError(f"inventory {path} does not exist; give -i the path of an Ansible "
+                             f"inventory or of an MPI/PBS/Slurm hostfile")
         if hostfile.is_hostfile(path):
             inventory = hostfile.to_inventory(hostfile.read_hostfile(path))
             target = scratch / f"hostfile{number}.yml"
             target.write_text(json.dumps(inventory, indent=1) + "\n")  # JSON is YAML
             result.append(str(target))
         else:
+            if _meant_as_hostfile(path, hostfile.ANSIBLE_SUFFIXES):
+                # A broken hostfile: Ansible would read it as an INI inventory without group
+                # `cluster` and only say the group is empty. This error names the line and the fix.
+                hostfile.read_hostfile(path)
             result.append(str(Path(path).resolve()))
     return result
+
+
+# An INI inventory's [group] or [group:children] header (an IPv6 hostfile entry has '::' or digits).
+_INI_SECTION = re.compile(r"\s*\[[A-Za-z_][A-Za-z0-9_-]*(:[a-z]+)?\]\s*([#;].*)?")
+_HOSTFILE_KEYS = ("slots", "max_slots", "max-slots")
+
+
+def _meant_as_hostfile(path: str, ansible_suffixes: tuple[str, ...]) -> bool:
+    """A plain file that fails to read as a hostfile and has nothing of an Ansible inventory: no
+    inventory suffix, not executable (a script), not a YAML/JSON mapping, no INI [group] header
+    and no `host var=value` other than a hostfile's slots."""
+    import yaml
+
+    file = Path(path)
+    if not file.is_file() or os.access(file, os.X_OK) or path.lower().endswith(ansible_suffixes):
+        return False
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError):
+        return True  # the hostfile reader says so (unreadable, not UTF-8 text)
+    try:
+        if isinstance(yaml.safe_load(text), dict):
+            return False
+    except yaml.YAMLError:
+        pass  # not YAML: INI, or a hostfile
+    for line in text.splitlines():
+        if _INI_SECTION.fullmatch(line):
+            return False
+        words = line.split("#", 1)[0].split()[1:]
+        if any("=" in word and word.split("=", 1)[0] not in _HOSTFILE_KEYS for word in words):
+            return False
+    return True
 
 
 def _unsafe(value) -> str:
@@ -80,6 +117,10 @@ def _unsafe(value) -> str:
 def _playbook_args(args: argparse.Namespace, **fixed) -> list[str]:
     cmdline = []
     for value in args.extra_vars:
+        # Ansible would fail on it while reading the inventory, in words about the inventory.
+        if value.startswith("@") and not Path(value[1:]).expanduser().is_file():
+            raise UsageError(f"-e {value}: no such file; give the path of a YAML or JSON file of "
+                             f"variables after the @")
         cmdline += ["-e", value]
     if fixed:
         body = ", ".join(f"{json.dumps(key)}: {_unsafe(value)}" for key, value in fixed.items())

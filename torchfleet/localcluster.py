@@ -225,16 +225,16 @@ def _ensure_key(state: Path) -> str:
     return (state / "id_ed25519.pub").read_text().strip()
 
 
-def _start_node(name: str, index: int, pubkey: str) -> None:
+def _start_node(name: str, index: int, pubkey: str, image: str = IMAGE) -> None:
     container = f"tf-{name}-node{index}"
     hostname = f"node{index}"
     fqdn = f"{hostname}.{name}.{DOMAIN}"
     existing = docker("inspect", "--format", "{{.State.Running}} {{.Config.Image}}", container, check=False)
     if existing.returncode == 0:
-        running, image = existing.stdout.split()
-        if image == IMAGE and running == "true":
+        running, found_image = existing.stdout.split()
+        if found_image == image and running == "true":
             return
-        if image == IMAGE:
+        if found_image == image:
             docker("start", container)
             return
         docker("rm", "-f", container)
@@ -243,7 +243,7 @@ def _start_node(name: str, index: int, pubkey: str) -> None:
         "--label", f"{LABEL}={name}", "--network", _network(name),
         "--network-alias", hostname, "--network-alias", fqdn,
         "--cap-add", "NET_ADMIN", "--env", f"TORCHFLEET_AUTHORIZED_KEY={pubkey}",
-        IMAGE,
+        image,
     )
 
 
@@ -295,12 +295,17 @@ def _write_inventory(path: Path, name: str, nodes: list[tuple[Node, list[str]]],
     )
 
 
-def up(name: str = "local", nodes: int = 3, inventory: Path | None = None) -> Path:
+def up(name: str = "local", nodes: int = 3, inventory: Path | None = None, image: str | None = None) -> Path:
+    """Start the nodes; `image`: a node image of the user's own, derived from ours (the scale
+    benchmark bakes Open MPI into one, as a site's golden image would)."""
     if nodes < 1:
         raise ClusterError(f"--nodes must be 1 or more, not {nodes}")
     inventory = inventory or default_inventory_path(name)
     ensure_engine()
-    ensure_image()
+    if image is None:
+        image = ensure_image()
+    elif not _image_exists(image):
+        raise ClusterError(f"no image {image}: build it first (from {IMAGE}, whose sshd start it needs)")
     _ensure_network(name)
     state = state_dir(name)
     pubkey = _ensure_key(state)
@@ -308,7 +313,7 @@ def up(name: str = "local", nodes: int = 3, inventory: Path | None = None) -> Pa
     for extra in set(_containers(name)) - set(wanted):
         docker("rm", "-f", extra)
     for index in range(nodes):
-        _start_node(name, index, pubkey)
+        _start_node(name, index, pubkey, image)
     facts = [_node_facts(name, container) for container in wanted]
     _write_inventory(inventory, name, facts, state)
     (state / "inventory-path").write_text(str(inventory.resolve()))

@@ -1,0 +1,159 @@
+"""Scale: setup.yml and a launch of a tiny script at 4, 8, 16 and 32 nodes of light containers.
+
+For each size, in one run: a fresh cluster of that many nodes (from a node image with Open MPI
+baked in, as a site's golden image would have it, so apt downloads do not swamp the figures), a
+cold `setup.yml` with the Python environment off (`python_env_engine=none`, `nccl_source=none`),
+then a launch of bench/tiny_rank.py in rank mode (one MPI rank per node). Records wall times,
+known_hosts lines per node, and the ratios of the 32-node times to the 4-node ones.
+
+    python bench/scale.py                 # 4 8 16 32
+    python bench/scale.py --sizes 4 8     # a quicker look
+
+Writes bench/results/scale.json. Run from the checkout's root; uses its own fact cache, key and
+cluster name (tfscale), and removes the cluster at the end.
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from torchfleet import localcluster  # noqa: E402
+
+NAME = "tfscale"
+SCALE_IMAGE = "torchfleet/node-openmpi:bookworm"
+MARKER = "# BEGIN torchfleet"  # ssh_trust's managed block in /etc/ssh/ssh_known_hosts
+
+
+def sh(argv, **kwargs):
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, **kwargs)
+
+
+def bake_image():
+    """The node image plus the Open MPI packages setup would install; host keys removed so every
+    node still makes its own on first start."""
+    packages = yaml.safe_load((REPO / "roles/openmpi/defaults/main.yml").read_text())["openmpi_packages"]
+    base = localcluster.ensure_image()
+    label = f"{base} + {' '.join(packages)}"
+    found = sh(["docker", "image", "inspect", "--format", '{{index .Config.Labels "org.torchfleet.bake"}}', SCALE_IMAGE])
+    if found.returncode == 0 and found.stdout.strip() == label:
+        return
+    baker = "tf-scale-bake"
+    sh(["docker", "rm", "-f", baker])
+    sh(["docker", "run", "-d", "--name", baker, "--cap-add", "NET_ADMIN", base], check=True)  # node-init makes a docker0
+    try:
+        install = sh(["docker", "exec", "-e", "DEBIAN_FRONTEND=noninteractive", baker, "sh", "-c",
+                      "apt-get update -qq && apt-get install -y -qq " + " ".join(packages)
+                      + " && rm -f /etc/ssh/ssh_host_*"])
+        if install.returncode != 0:
+            sys.exit(f"could not install {packages} in the image:\n{install.stdout[-2000:]}{install.stderr[-2000:]}")
+        sh(["docker", "commit", "--change", f"LABEL org.torchfleet.bake={json.dumps(label)}", baker, SCALE_IMAGE], check=True)
+    finally:
+        sh(["docker", "rm", "-f", baker])
+
+
+def node_cpu_seconds(containers):
+    """CPU time the containers have used so far (cgroup v1 cpuacct, else v2 cpu.stat)."""
+    total = 0.0
+    for container in containers:
+        cid = sh(["docker", "inspect", "-f", "{{.Id}}", container]).stdout.strip()
+        v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
+        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
+        if v1.exists():
+            total += int(v1.read_text()) / 1e9
+        elif v2.exists():
+            total += int(re.search(r"usage_usec (\d+)", v2.read_text()).group(1)) / 1e6
+    return total
+
+
+def timed(argv, env, containers):
+    """Wall time, the controller's CPU time (ansible-playbook and its ssh children) and the nodes'."""
+    nodes_before = node_cpu_seconds(containers)
+    mine_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    result = sh(argv, env=env)
+    elapsed = round(time.monotonic() - started, 3)
+    mine = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(argv[:2])} failed (rc {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
+    controller = mine.ru_utime + mine.ru_stime - mine_before.ru_utime - mine_before.ru_stime
+    return elapsed, round(controller, 2), round(node_cpu_seconds(containers) - nodes_before, 2), result.stdout
+
+
+def known_hosts_lines(container):
+    """Lines in torchfleet's managed block of the node's /etc/ssh/ssh_known_hosts."""
+    text = sh(["docker", "exec", container, "cat", "/etc/ssh/ssh_known_hosts"]).stdout
+    block, inside = 0, False
+    for line in text.splitlines():
+        if line.startswith(MARKER):
+            inside = True
+        elif line.startswith("# END torchfleet"):
+            inside = False
+        elif inside and line.strip():
+            block += 1
+    return block
+
+
+def measure(size, work):
+    env = dict(os.environ, XDG_STATE_HOME=str(work / "state"), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / "facts"))
+    inventory = work / "inventory.yml"
+    started = time.monotonic()
+    localcluster.up(name=NAME, nodes=size, inventory=inventory, image=SCALE_IMAGE)
+    containers_up = round(time.monotonic() - started, 3)
+    key = ["-e", f"ssh_trust_key_file={work / 'keys' / 'cluster_ed25519'}"]
+    containers = [f"tf-{NAME}-node{i}" for i in range(size)]
+    setup, setup_controller, setup_nodes, out = timed(
+        ["ansible-playbook", "setup.yml", "-i", str(inventory), *key,
+         "-e", "python_env_engine=none", "-e", "nccl_source=none"], env, containers)
+    launch, launch_controller, launch_nodes, out = timed(
+        ["ansible-playbook", "launch.yml", "-i", str(inventory), "-e", "script=bench/tiny_rank.py",
+         "-e", "launch_mode=rank", "-e", "nproc_per_node=1"], env, containers)
+    # The launch reports rank 0's last lines; rank 0 prints the world size it saw.
+    world = [int(w) for w in re.findall(r"TINY_RANK rank=0 world_size=(\d+)", out)]
+    lines = [known_hosts_lines(f"tf-{NAME}-node{i}") for i in (0, size - 1)]
+    return {"nodes": size, "containers_up_s": containers_up, "setup_s": setup, "launch_s": launch,
+            # Here every node shares this machine's cores: CPU time shows what a real cluster,
+            # where each node has its own, would take off the controller.
+            "setup_cpu_controller_s": setup_controller, "setup_cpu_nodes_s": setup_nodes,
+            "launch_cpu_controller_s": launch_controller, "launch_cpu_nodes_s": launch_nodes,
+            "world_size_seen": world[0] if world else None, "known_hosts_lines_node0": lines[0],
+            "known_hosts_lines_last_node": lines[1]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[4, 8, 16, 32])
+    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "scale.json"))
+    args = parser.parse_args()
+    bake_image()
+    rows = []
+    try:
+        for size in args.sizes:
+            localcluster.down(NAME)  # every size starts cold
+            with tempfile.TemporaryDirectory(prefix="tfscale-") as work:
+                rows.append(measure(size, Path(work)))
+            print(json.dumps(rows[-1]), flush=True)
+    finally:
+        localcluster.down(NAME)
+    first, last = rows[0], rows[-1]
+    ratios = {f"setup {last['nodes']}/{first['nodes']}": round(last["setup_s"] / first["setup_s"], 3),
+              f"launch {last['nodes']}/{first['nodes']}": round(last["launch_s"] / first["launch_s"], 3)}
+    commit = sh(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
+    report = {"commit": commit, "image": SCALE_IMAGE, "host_cpus": os.cpu_count(), "rows": rows, "ratios": ratios}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(ratios, indent=2))
+
+
+if __name__ == "__main__":
+    main()
