@@ -117,9 +117,9 @@ def measure(size, work):
          "-e", "python_env_engine=none", "-e", "nccl_source=none"], env, containers)
     launch, launch_controller, launch_nodes, out = timed(
         ["ansible-playbook", "launch.yml", "-i", str(inventory), "-e", "script=bench/tiny_rank.py",
-         "-e", "launch_mode=rank", "-e", "nproc_per_node=1"], env, containers)
-    # The launch reports rank 0's last lines; rank 0 prints the world size it saw.
-    world = [int(w) for w in re.findall(r"TINY_RANK rank=0 world_size=(\d+)", out)]
+         "-e", "launch_mode=rank", "-e", "nproc_per_node=1", "-v"], env, containers)
+    # The module's result (shown with -v) has the world size of the run.
+    world = [int(w) for w in re.findall(r'"world_size": (\d+)', out)]
     lines = [known_hosts_lines(f"tf-{NAME}-node{i}") for i in (0, size - 1)]
     return {"nodes": size, "containers_up_s": containers_up, "setup_s": setup, "launch_s": launch,
             # Here every node shares this machine's cores: CPU time shows what a real cluster,
