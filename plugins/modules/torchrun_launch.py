@@ -152,7 +152,8 @@ options:
   launch_timeout:
     description:
       - Seconds the run may take; when they pass the run is stopped (TERM, then KILL after
-        O(stop_grace)) and the module fails with RV(timed_out=true). V(0) waits for ever.
+        O(stop_grace)) and the module fails with RV(timed_out=true), naming the nodes that no
+        longer answer C(ssh) from the head (RV(silent_nodes)). V(0) waits for ever.
     type: int
     default: 0
   stop_grace:
@@ -330,6 +331,15 @@ rank0_tail:
   returned: state=started, when the launcher ran
   type: list
   elements: str
+silent_nodes:
+  description:
+    - When the run outlived O(launch_timeout), the nodes that did not answer C(ssh) from the head
+      then (cut off from the network, or down); empty when every node answered, and when nothing
+      was probed (mpich mode, or the head alone).
+  returned: state=started, when the run timed out
+  type: list
+  elements: str
+  sample: [gpu02]
 port_in_use:
   description: Whether the rendezvous port is taken on the head now (check mode only, which refuses nothing).
   returned: state=started, in check mode
@@ -345,6 +355,8 @@ failed_host:
   description:
     - Where that rank ran; the inventory name when the launch plan tells, else the host name
       torchrun or Open MPI printed.
+    - With no failed rank, the node whose Open MPI daemon C(mpirun) lost (the node went down or
+      off the network, or the daemon died), when Open MPI says so.
   returned: state=started, when RV(rc) is not 0
   type: str
 failed_exit_code:
@@ -572,6 +584,27 @@ def parse_mpirun_failure(text: str) -> dict | None:
     return min(found, key=lambda item: item[0])[1] if found else None
 
 
+# Open MPI 4.x, when mpirun loses a node's daemon (orted): the node went down or off the network,
+# or the daemon died. No rank is named; the node is, as the hostfile gave it:
+#   ORTE has lost communication with a remote daemon.
+#
+#     HNP daemon   : [[16969,0],0] on node node0
+#     Remote daemon: [[16969,0],2] on node 172.19.0.4
+_MPI_LOST_DAEMON = re.compile(r"ORTE has lost communication with a remote daemon\.\s*\n"
+                              r"(?:.*\n){0,3}?\s*Remote daemon\s*:\s*\S+ on node (\S+)")
+
+
+def parse_lost_daemon(text: str) -> str | None:
+    """The node (address or name, as in the hostfile) whose daemon mpirun lost first."""
+    match = _MPI_LOST_DAEMON.search(text)
+    return match.group(1) if match else None
+
+
+def node_named(host: str, order) -> str:
+    """The inventory name of a node Open MPI names by its hostfile address; else `host`."""
+    return next((node.name for node in order if host in (node.address, node.name)), host)
+
+
 def rank_node(rank: int, order, mode: str) -> str | None:
     """The node an MPI rank ran on: ranks fill the hostfile's slots in order (--map-by slot);
     with one process per node the MPI rank is the node's index."""
@@ -754,6 +787,51 @@ def holds_address(address: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
+# Nodes that went silent
+# ---------------------------------------------------------------------------------------------
+
+def silent_nodes(nodes, head: str, ssh: str, seconds: int = 10) -> list[dict]:
+    """The nodes (other than the head) that do not answer ssh from the head, the way Open MPI
+    reached them, within `seconds`: {name, address, error}. A node cut off from the network
+    makes no rank fail; the others wait for it in a collective until launch_timeout, and only
+    this tells which node it was."""
+    argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, seconds // 2)}"]
+    probes = [(node, subprocess.Popen([*argv, node.address, "true"], stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True))
+              for node in nodes if node.name != head]
+    deadline = time.monotonic() + seconds
+    silent = []
+    for node, probe in probes:  # in parallel: the slowest bounds the wait, not their sum
+        try:
+            _out, err = probe.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            probe.kill()
+            probe.wait()
+            probe.stderr.close()  # not read to its end: a child of ssh may still hold it open
+            err = f"no answer within {seconds} s"
+        if probe.returncode != 0:
+            lines = err.strip().splitlines()
+            silent.append({"name": node.name, "address": node.address,
+                           "error": lines[-1] if lines else f"ssh exited {probe.returncode}"})
+    return silent
+
+
+def timeout_message(run_id, timeout, grace, silent, run_dir) -> str:
+    what = (f"run {run_id} outlived launch_timeout={timeout}s and was stopped (SIGTERM, SIGKILL "
+            f"after {grace}s)")
+    if silent:
+        named = "; ".join(f"{node['name']} ({node['address']}): {node['error']}"
+                          for node in silent)
+        what += (f"; these nodes went silent, they do not answer ssh from the head: {named}. "
+                 f"A node cut off keeps the other ranks waiting; what ran there may still run: "
+                 f"once it is back, end it with {STOP_HINT}")
+    elif silent is not None:
+        what += "; every node answers ssh from the head, so the run itself was slow or hung"
+    return f"{what}; logs under {run_dir}"
+
+
+# ---------------------------------------------------------------------------------------------
 # Logs
 # ---------------------------------------------------------------------------------------------
 
@@ -817,13 +895,21 @@ def describe_failure(text, order, mode, paths, nproc=None) -> dict:
         # the node; there is no worker rank to name.
         return {"failed_rank": None, "failed_host": host, "failed_exit_code": failure["exit_code"],
                 "failed_log": paths["launcher"], "failed_log_tail": tail(text)}
-    return {"failed_rank": None, "failed_host": None, "failed_exit_code": None,
-            "failed_log": paths["launcher"], "failed_log_tail": tail(text)}
+    # No process failed as far as Open MPI knows, but a whole node may be gone: that node is
+    # failed_host, with no rank and no exit code.
+    lost = parse_lost_daemon(text)
+    return {"failed_rank": None, "failed_host": node_named(lost, order) if lost else None,
+            "failed_exit_code": None, "failed_log": paths["launcher"],
+            "failed_log_tail": tail(text)}
 
 
 def failure_message(run_id, rc, failure, paths) -> str:
     code = failure["failed_exit_code"]
-    if code is None:
+    if code is None and failure["failed_host"]:
+        what = (f"Open MPI lost contact with its daemon on {failure['failed_host']}: that node "
+                f"went down or off the network, or the daemon died there; the ranks elsewhere "
+                f"were stopped")
+    elif code is None:
         what = (f"the launcher exited with rc {rc} without naming a failed rank: the run was "
                 f"stopped from outside (state=stopped), or the launcher could not start it (a "
                 f"node unreachable, a wrong path or option: see the launcher log)")
@@ -1032,9 +1118,14 @@ def run_started(module):
                              f"SIGKILL on the head; check them (uninterruptible I/O?)",
                          survivors=pids, **result)
     if timed_out:
-        module.fail_json(msg=f"run {run_id} outlived launch_timeout={p['launch_timeout']}s and was "
-                             f"stopped (SIGTERM, SIGKILL after {p['stop_grace']}s); logs under "
-                             f"{run_dir}", **result)
+        # Which nodes still answer tells a node gone silent from a run that hung by itself.
+        # PALS nodes need not take ssh: no probe in mpich mode, nor with the head alone.
+        probe = plan.mode != "mpich" and len(plan.nodes) > 1
+        ssh = module.get_bin_path("ssh") if probe else None
+        silent = silent_nodes(plan.nodes, plan.head, ssh) if ssh else None
+        result["silent_nodes"] = [node["name"] for node in silent or []]
+        module.fail_json(msg=timeout_message(run_id, p["launch_timeout"], p["stop_grace"], silent,
+                                             run_dir), **result)
     if reason:
         module.fail_json(msg=f"the module was interrupted by {reason}; run {run_id} was stopped; "
                              f"logs under {run_dir}", **result)

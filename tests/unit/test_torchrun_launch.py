@@ -2,14 +2,16 @@
 
 The launcher logs in tests/unit/captured/ are real: each is the launcher.log the module wrote for a
 run on one node (Open MPI 4.1.4, torch 2.13 CPU), except torchrun_two_failures.log, which is
-torchrun's own output with two workers failing (no mpirun). Multi-node logs are built here from
-those real blocks, and say so.
+torchrun's own output with two workers failing (no mpirun), and torchrun_lost_daemon.log, from three
+containers of the local cluster whose third node's Open MPI daemon was killed mid-run. Other
+multi-node logs are built here from those real blocks, and say so.
 """
 
 from __future__ import annotations
 
 import re
 import signal
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -224,6 +226,66 @@ def test_unexplained_failure_says_where_to_look(tmp_path):
     message = tl.failure_message("r", 1, failure, _paths(tmp_path))
     assert "exited with rc 1 without naming a failed rank" in message
     assert str(tmp_path / "launcher.log") in message
+
+
+# The run of torchrun_lost_daemon.log: Open MPI names the node by its hostfile address.
+LOCAL_NODES = [Node("tf-tffault-node0", "172.19.0.2", 1), Node("tf-tffault-node1", "172.19.0.3", 1),
+               Node("tf-tffault-node2", "172.19.0.4", 1)]
+
+
+def test_open_mpi_lost_daemon_names_the_node():
+    text = captured("torchrun_lost_daemon.log")
+    assert tl.parse_lost_daemon(text) == "172.19.0.4"
+    # Nothing else in that log names a failure: no rank failed, the node's daemon went away.
+    assert tl.parse_mpirun_failure(text) is None and tl.first_torchrun_failure(text) is None
+    assert tl.parse_lost_daemon(captured("torchrun_signal9.log")) is None
+
+
+def test_lost_daemon_is_reported_as_that_node(tmp_path):
+    failure = tl.describe_failure(captured("torchrun_lost_daemon.log"), LOCAL_NODES, "torchrun",
+                                  _paths(tmp_path), 1)
+    assert (failure["failed_rank"], failure["failed_host"], failure["failed_exit_code"]) == (
+        None, "tf-tffault-node2", None)
+    message = tl.failure_message("r", 205, failure, _paths(tmp_path))
+    assert "Open MPI lost contact with its daemon on tf-tffault-node2" in message
+    assert "without naming a failed rank" not in message
+
+
+def test_a_lost_node_outside_the_plan_keeps_the_name_open_mpi_printed():
+    assert tl.node_named("172.19.0.9", LOCAL_NODES) == "172.19.0.9"
+    assert tl.node_named("tf-tffault-node1", LOCAL_NODES) == "tf-tffault-node1"
+
+
+def test_silent_nodes_are_those_ssh_does_not_reach(tmp_path):
+    # A stand-in for ssh: w2 is cut off (the message ssh printed for a node disconnected from the
+    # local cluster's network), w3 never answers; the head itself is not probed.
+    fake = tmp_path / "ssh"
+    fake.write_text('#!/bin/sh\n'
+                    'case "$*" in\n'
+                    '  *10.0.0.1*) exit 99 ;;\n'
+                    '  *10.0.0.3*) echo "ssh: connect to host 10.0.0.3 port 22: No route to host" >&2\n'
+                    '              exit 255 ;;\n'
+                    '  *10.0.0.4*) exec sleep 30 ;;\n'
+                    'esac\n')
+    fake.chmod(0o755)
+    nodes = NODES + [Node("w3", "10.0.0.4", 2)]
+    started = time.monotonic()
+    silent = tl.silent_nodes(nodes, "head", str(fake), seconds=2)
+    assert time.monotonic() - started < 10  # bounded by `seconds`, not by the hung probe
+    assert silent == [
+        {"name": "w2", "address": "10.0.0.3",
+         "error": "ssh: connect to host 10.0.0.3 port 22: No route to host"},
+        {"name": "w3", "address": "10.0.0.4", "error": "no answer within 2 s"}]
+
+
+def test_timeout_message_names_the_silent_nodes():
+    silent = [{"name": "w2", "address": "10.0.0.3", "error": "No route to host"}]
+    message = tl.timeout_message("r", 60, 10, silent, "/runs/r")
+    assert message.startswith("run r outlived launch_timeout=60s and was stopped")
+    assert "these nodes went silent, they do not answer ssh from the head: w2 (10.0.0.3)" in message
+    assert "launch.yml -e action=stop" in message and message.endswith("logs under /runs/r")
+    assert "every node answers ssh" in tl.timeout_message("r", 60, 10, [], "/runs/r")
+    assert "ssh" not in tl.timeout_message("r", 60, 10, None, "/runs/r")  # not probed
 
 
 def test_read_tail_of_a_long_log(tmp_path):

@@ -1,0 +1,283 @@
+"""Faults on three real containers, with real mpirun and torchrun: things that go wrong mid-way.
+
+- a node stopped while setup.yml runs: named unreachable, the others complete, the next run converges;
+- a training worker killed (SIGKILL) mid-run: the launch fails soon, naming the node, and nothing of
+  the run is left anywhere;
+- ansible-playbook interrupted as a terminal's ^C would: every rank on every node ends;
+- a node cut off from the network mid-run: launch_timeout ends the launch, which names the silent
+  node; once the node is back, `-e action=stop` leaves nothing of the run there.
+
+A run left over from an earlier launch (refused, then ended by `-e action=stop`) is covered by
+test_launch_cluster.py::test_a_second_launch_is_refused_while_a_run_is_alive_and_stop_ends_it.
+
+The cluster is shared with the session's other test files: after every test the `restored`
+fixture puts every node back running, on the network, reachable, with no run left.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+
+from ready_cluster import NAME, NODES, recap, run
+from torchfleet.localcluster import DOMAIN
+
+pytestmark = pytest.mark.cluster
+NETWORK = f"tf-{NAME}"
+RUNS = "/home/torchfleet/torchfleet/runs"  # the training account's log_dir on every node
+# A run that trains until stopped (1000 epochs, 0.2 s asleep after every step), one worker per node.
+LONG_RUN = ["-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e",
+            json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--sleep", "0.2", "--no-wandb",
+                                        "--out-dir", "/tmp"]})]
+# What of a run can live on a node: the launcher, Open MPI's daemon, torchrun, the workers.
+RUN_PROCESSES = r"train\.py|torchrun|orted|mpirun"
+# A worker, not its torchrun: torchrun starts each one as `python -u SCRIPT ...`.
+WORKER = r"bin/python -u .*train\.py"
+# In setup.yml's output: the first role that changes the nodes, after facts and checks.
+CHANGES_BEGIN = "TASK [torchfleet.cluster.cluster_user :"
+# Seconds to a correct end (bounds against hangs, not benchmarks).
+STARTED_WITHIN = 240  # from ansible-playbook to training on every node, on a busy machine
+KILLED_RUN_ENDS_WITHIN = 120
+INTERRUPTED_RUN_ENDS_WITHIN = 60
+LAUNCH_TIMEOUT = 90  # a launch took up to 56 s to start training on a busy machine
+
+
+def docker(*argv, timeout=120):
+    return run(["docker", *argv], timeout=timeout)
+
+
+def left_on(node):
+    """Processes of any run of the training account on `node`, as `pid command` lines."""
+    found = docker("exec", node, "pgrep", "-u", "torchfleet", "-a", "-f", RUN_PROCESSES)
+    return found.stdout.splitlines()
+
+
+def training_on(node, run_id):
+    """Whether the run's worker on `node` has joined the process group (train.py says so once)."""
+    return docker("exec", node, "grep", "-rqs", "TORCHFLEET_RANK", f"{RUNS}/{run_id}/workers").returncode == 0
+
+
+def wait_until(condition, seconds, what, launch=None):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if launch is not None and launch.process.poll() is not None:
+            raise AssertionError(f"the playbook ended before {what}:\n{launch.text()[-3000:]}")
+        time.sleep(1)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def reachable(cluster):
+    """Ansible reaches every node over SSH (as every playbook will)."""
+    result = run(["ansible", "cluster", "-i", str(cluster.inventory), "-m", "ansible.builtin.ping"],
+                 env=cluster.env, timeout=120)
+    return result.returncode == 0
+
+
+class Background:
+    """A playbook run in the background, in a session of its own as a terminal's job, its output
+    collected as it comes so the test can act on it."""
+
+    def __init__(self, process):
+        self.process = process
+        self.started = time.monotonic()
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    def text(self):
+        return "".join(self.lines)
+
+    def wait(self, seconds):
+        """(rc, output, seconds since start); a playbook still running after `seconds` fails the test."""
+        try:
+            self.process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the playbook still runs after {seconds} s:\n{self.text()[-3000:]}")
+        self.reader.join(timeout=60)
+        return self.process.returncode, self.text(), time.monotonic() - self.started
+
+    def kill(self):
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=60)
+
+
+def start_long_run(cluster, *extra):
+    """A long run with a run id of our own, so its logs on every node can be watched."""
+    run_id = f"tf-fault-{uuid.uuid4().hex[:8]}"
+    launch = Background(cluster.popen_playbook("launch.yml", *LONG_RUN, "-e", f"run_id={run_id}", *extra))
+    wait_until(lambda: all(training_on(node, run_id) for node in NODES), STARTED_WITHIN,
+               "training on every node", launch)
+    return launch, run_id
+
+
+def module_result(output):
+    """The launch module's result, from its `FAILED! => {...}` line."""
+    for line in output.splitlines():
+        if "FAILED! =>" in line and '"argv"' in line:
+            return json.loads(line.split("FAILED! =>", 1)[1])
+    raise AssertionError(f"no failed launch module result in:\n{output[-3000:]}")
+
+
+def restore(cluster):
+    """Every node running, on the cluster network under its names, with the interface setup cached
+    (eth0), reachable, and no run left on any."""
+    changed = []
+    for index, node in enumerate(NODES):
+        info = json.loads(docker("inspect", node).stdout)[0]
+        if not info["State"]["Running"]:
+            docker("start", node)
+            changed.append(f"started {node}")
+        if NETWORK not in info["NetworkSettings"]["Networks"]:
+            reconnect(node, index)
+            changed.append(f"reconnected {node}")
+        # Reconnected, the node's interface is eth1; Open MPI and Gloo are told eth0 (setup's
+        # facts). A restart makes the node as `cluster up` left it: eth0, same address.
+        if docker("exec", node, "ip", "link", "show", "eth0").returncode != 0:
+            docker("restart", "--time", "1", node)
+            changed.append(f"restarted {node}")
+    if changed:
+        print(f"restore: {', '.join(changed)}")
+        wait_until(lambda: reachable(cluster), 120, "every node reachable again")
+    left = {node: left_on(node) for node in NODES}
+    if any(left.values()):
+        print(f"restore: stopping what is left: {left}")
+        rc, output = cluster.launch("-e", "action=stop")
+        assert rc == 0, output[-3000:]
+        # Open MPI's daemons carry no run id; they go when their mpirun is gone.
+        wait_until(lambda: not any(left_on(node) for node in NODES), 60, "no run left on any node")
+
+
+def reconnect(node, index):
+    """Back on the cluster network under the names `cluster up` gave it (Docker has no --ip for a
+    network created without a subnet; it hands back the lowest free address, the node's own)."""
+    result = docker("network", "connect", "--alias", f"node{index}", "--alias", f"node{index}.{NAME}.{DOMAIN}",
+                    NETWORK, node)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(autouse=True)
+def restored(cluster):
+    yield
+    restore(cluster)
+
+
+def test_a_node_stopped_during_setup_is_named_and_the_rest_completes(cluster):
+    setup = Background(cluster.popen_playbook("setup.yml", "-e", f"ssh_trust_key_file={cluster.key}"))
+    try:
+        # Mid-way: every node's facts were read over SSH, and the roles that change nodes have begun.
+        wait_until(lambda: f"[{NODES[2]}]" in setup.text().partition(CHANGES_BEGIN)[2], 300,
+                   f"{NODES[2]} answers in the training account role", setup)
+        assert docker("stop", "--time", "1", NODES[2]).returncode == 0
+        rc, output, seconds = setup.wait(900)
+    finally:
+        setup.kill()
+        docker("start", NODES[2])
+    counts = recap(output)
+    assert rc != 0, output[-3000:]
+    assert re.search(rf"fatal: \[{NODES[2]}\]: UNREACHABLE!", output), output[-3000:]
+    assert counts[NODES[2]]["unreachable"] == 1
+    for node in NODES[:2]:
+        assert counts[node]["failed"] == 0 and counts[node]["unreachable"] == 0, output[-3000:]
+    # The others went on to setup's last task.
+    last_task = output.rsplit("\nTASK [", 1)[1].split("PLAY RECAP")[0]
+    assert f"[{NODES[0]}]" in last_task, last_task
+    lost = output.index(f"fatal: [{NODES[2]}]: UNREACHABLE")
+    task = output[output.rfind("TASK [", 0, lost) + 6:].split("]", 1)[0]
+    print(f"setup with {NODES[2]} stopped mid-way: rc {rc} after {seconds:.1f} s; it was lost at {task}")
+
+    # Back again (sshd starts with the container): the next run converges with every node.
+    wait_until(lambda: reachable(cluster), 120, f"{NODES[2]} reachable again")
+    rc, output = cluster.setup()
+    assert rc == 0, output[-3000:]
+    assert all(c["failed"] == 0 and c["unreachable"] == 0 for c in recap(output).values())
+
+
+def test_a_worker_killed_mid_training_fails_the_launch_naming_its_node(cluster):
+    launch, _ = start_long_run(cluster)
+    try:
+        workers = docker("exec", NODES[2], "pgrep", "-u", "torchfleet", "-f", WORKER).stdout.split()
+        assert len(workers) == 1, workers  # one worker per node: rank 2 on node2
+        killed = time.monotonic()
+        assert docker("exec", NODES[2], "kill", "-KILL", workers[0]).returncode == 0
+        rc, output, _ = launch.wait(KILLED_RUN_ENDS_WITHIN)
+        seconds = time.monotonic() - killed
+    finally:
+        launch.kill()
+    assert seconds < KILLED_RUN_ENDS_WITHIN
+    assert rc != 0
+    result = module_result(output)
+    assert result["failed_host"] == NODES[2], result["msg"]
+    assert (result["failed_rank"], result["failed_exit_code"]) == (2, 137), result["msg"]
+    assert f"rank 2 on {NODES[2]} was killed by SIGKILL (exit code 137) first" in " ".join(output.split())
+    for node in NODES:
+        assert left_on(node) == [], node
+    print(f"worker killed: the launch ended {seconds:.1f} s later, rc {rc}: {result['msg']}")
+
+
+def test_interrupting_the_launch_like_ctrl_c_ends_every_rank(cluster):
+    launch, _ = start_long_run(cluster)
+    try:
+        interrupted = time.monotonic()
+        # A terminal's ^C: SIGINT to the foreground process group, ansible-playbook and its workers.
+        os.killpg(launch.process.pid, signal.SIGINT)
+        rc, output, _ = launch.wait(INTERRUPTED_RUN_ENDS_WITHIN)
+        exited = time.monotonic() - interrupted
+        wait_until(lambda: not any(left_on(node) for node in NODES), INTERRUPTED_RUN_ENDS_WITHIN,
+                   "every rank on every node ended")
+        ended = time.monotonic() - interrupted
+    finally:
+        launch.kill()
+    assert rc != 0
+    print(f"^C: ansible-playbook exited (rc {rc}) after {exited:.1f} s, the whole run ended after {ended:.1f} s")
+
+
+def test_a_node_cut_off_mid_run_is_named_when_the_timeout_ends_the_launch(cluster):
+    launch, _ = start_long_run(cluster, "-e", f"launch_timeout={LAUNCH_TIMEOUT}")
+    info = json.loads(docker("inspect", NODES[2]).stdout)[0]
+    address = info["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
+    try:
+        assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
+        cut = time.monotonic()
+        # The module stops the run at the timeout (TERM, 10 s of grace, KILL), asks every node,
+        # then every node is asked to clean up: a minute is ample for all that.
+        rc, output, seconds = launch.wait(LAUNCH_TIMEOUT + 60)
+        print(f"cut off {cut - launch.started:.1f} s into the launch; it ended after {seconds:.1f} s, rc {rc}")
+        flat = " ".join(output.split())
+        assert rc != 0
+        assert seconds < LAUNCH_TIMEOUT + 60
+        result = module_result(output)
+        assert result["timed_out"] and result["silent_nodes"] == [NODES[2]], result["msg"]
+        print(f"the launch said: {result['msg']}")
+        assert f"outlived launch_timeout={LAUNCH_TIMEOUT}s and was stopped" in flat
+        assert f"these nodes went silent, they do not answer ssh from the head: {NODES[2]} ({address})" in flat
+        assert re.search(rf"fatal: \[{NODES[2]}\]: UNREACHABLE!", output)  # the clean-up cannot reach it
+        for node in NODES[:2]:
+            assert left_on(node) == [], node
+        print(f"left on {NODES[2]} while cut off: {left_on(NODES[2])}")
+
+        # Back on the network, as a user would find it: the stop the launch promised ends what is left.
+        reconnect(NODES[2], 2)
+        again = json.loads(docker("inspect", NODES[2]).stdout)[0]["NetworkSettings"]["Networks"][NETWORK]
+        assert again["IPAddress"] == address  # the inventory's address, or nothing would reach it
+        rc, output = cluster.launch("-e", "action=stop")
+        assert rc == 0, output[-3000:]
+        print(" ".join(line.strip() for line in output.splitlines() if f"on {NODES[2]}" in line))
+        # Its Open MPI daemon has no run id; it goes once it finds its mpirun gone.
+        wait_until(lambda: left_on(NODES[2]) == [], 60, f"nothing of the run left on {NODES[2]}")
+    finally:
+        launch.kill()
+        restore(cluster)
+    assert reachable(cluster)
