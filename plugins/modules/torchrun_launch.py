@@ -377,8 +377,11 @@ failed_log_tail:
 runs:
   description:
     - With O(state=stopped), the runs found alive on this node (in check mode, those that would
-      be stopped). With O(state=started), when the launch was refused, the runs that blocked it.
-  returned: state=stopped, or when a live run refused the launch
+      be stopped). With O(state=started), when the launch was refused, the runs that blocked it;
+      in check mode, the runs alive on this node, which would refuse the launch.
+    - Run the check-mode render on every node and one round trip both renders the launch (on the
+      head) and finds runs left anywhere.
+  returned: state=stopped; state=started in check mode, or when a live run refused the launch
   type: list
   elements: dict
   contains:
@@ -1048,9 +1051,10 @@ def run_started(module):
         "worker_logs_dir": paths["workers"],
     }
     if module.check_mode:
-        # Read-only, so a playbook can refuse a taken port before it copies anything.
+        # Read-only, so a playbook can refuse a taken port or a live run before it copies anything.
         busy = port_in_use(plan.port)
-        module.exit_json(port_in_use=busy, port_holders=port_holders(plan.port) if busy else [], **result)
+        module.exit_json(port_in_use=busy, port_holders=port_holders(plan.port) if busy else [],
+                         runs=group_runs(find_run_processes()), **result)
     preflight(module, plan, run_dir)
 
     env = launcher_env(os.environ, set(rendered.inherit), rendered.env, secret_values)
