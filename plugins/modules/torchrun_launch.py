@@ -166,6 +166,13 @@ options:
         in the same directory when it exists there (else in the home directory), so relative paths
         in O(script_args) mean the same everywhere. Default, the module's own temporary directory.
     type: path
+  expect_files:
+    description:
+      - Check mode of O(state=started) only. Paths on this node mapped to the SHA-1 their content
+        should have; the result's RV(stale_files) lists those that differ or are missing, so a
+        playbook copies only those (the render's round trip replaces the copy's own checks).
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -392,6 +399,11 @@ runs:
       description: Its processes on this node.
       type: list
       elements: int
+stale_files:
+  description: Of O(expect_files), the paths whose content on this node differs or that are missing.
+  returned: state=started, in check mode
+  type: list
+  elements: str
 port_holders:
   description: Processes seen holding the rendezvous port on the head (check mode, or a launch refused for a taken port).
   returned: when the port was taken
@@ -434,6 +446,7 @@ import time
 from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torchfleet.cluster.plugins.module_utils._files import file_sha1
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
     RESERVED_ENV,
     Node,
@@ -1037,6 +1050,11 @@ def preflight(module, plan, run_dir):
                              f"give a new run_id or leave it unset", run_id=plan.run_id)
 
 
+def stale_files(expected: dict) -> list[str]:
+    """The paths whose content is not the expected SHA-1 (missing or unreadable ones included)."""
+    return sorted(path for path, sha1 in expected.items() if file_sha1(path) != sha1)
+
+
 def run_started(module):
     p = module.params
     run_id = p["run_id"] or new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
@@ -1054,7 +1072,8 @@ def run_started(module):
         # Read-only, so a playbook can refuse a taken port or a live run before it copies anything.
         busy = port_in_use(plan.port)
         module.exit_json(port_in_use=busy, port_holders=port_holders(plan.port) if busy else [],
-                         runs=group_runs(find_run_processes()), **result)
+                         runs=group_runs(find_run_processes()),
+                         stale_files=stale_files(p["expect_files"]), **result)
     preflight(module, plan, run_dir)
 
     env = launcher_env(os.environ, set(rendered.inherit), rendered.env, secret_values)
@@ -1195,6 +1214,7 @@ ARGUMENT_SPEC = {
     "launch_timeout": {"type": "int", "default": 0},
     "stop_grace": {"type": "int", "default": 10},
     "chdir": {"type": "path"},
+    "expect_files": {"type": "dict", "default": {}},
 }
 
 

@@ -9,6 +9,7 @@ multi-node logs are built here from those real blocks, and say so.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import signal
 import time
@@ -430,3 +431,14 @@ def test_every_result_key_is_documented():
 
 def test_examples_parse():
     assert len(_doc("EXAMPLES")) == 4
+
+
+def test_stale_files_are_the_missing_and_the_different(tmp_path):
+    same, changed, binary = tmp_path / "train.py", tmp_path / "data.csv", tmp_path / "weights.bin"
+    same.write_text("print('hi')\n")
+    changed.write_text("a,b\n")
+    binary.write_bytes(bytes(range(256)) * 4096)  # more than one read block, not text
+    expected = {str(same): tl.file_sha1(str(same)), str(changed): "0" * 40,
+                str(binary): tl.file_sha1(str(binary)), str(tmp_path / "gone.py"): "0" * 40}
+    assert tl.stale_files(expected) == sorted([str(changed), str(tmp_path / "gone.py")])
+    assert tl.file_sha1(str(binary)) == hashlib.sha1(binary.read_bytes()).hexdigest()
