@@ -225,7 +225,7 @@ def _ensure_key(state: Path) -> str:
     return (state / "id_ed25519.pub").read_text().strip()
 
 
-def _start_node(name: str, index: int, pubkey: str, image: str = IMAGE) -> None:
+def _start_node(name: str, index: int, pubkey: str, image: str) -> None:
     container = f"tf-{name}-node{index}"
     hostname = f"node{index}"
     fqdn = f"{hostname}.{name}.{DOMAIN}"

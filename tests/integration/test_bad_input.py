@@ -236,6 +236,10 @@ CASES = [
     pytest.param(launch("-e", "action=restart"),
                  ["value of launch_action must be one of: start, stop, got: restart"],
                  id="launch-unknown-action"),
+    # What setup records with python_env_engine=none: no torchrun for the torchrun mode to run.
+    pytest.param(launch("-e", f"script={SCRIPT}", "-e", "python_env_torchrun="),
+                 ["launch_mode=torchrun runs torchrun, but setup recorded none", "use -e launch_mode=rank"],
+                 id="launch-torchrun-mode-without-torchrun"),
     # Setup variables.
     pytest.param(setup("-e", "python_env_engine=pixi"),
                  ["python_env_engine is 'pixi', which torchfleet does not know", "Use venv"],
