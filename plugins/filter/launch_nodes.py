@@ -1,0 +1,54 @@
+"""Filter `torchfleet.cluster.launch_nodes`: the nodes of a run, from the facts setup cached."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: launch_nodes
+short_description: The nodes of a run, as the torchrun_launch module takes them
+version_added: 1.0.0
+description:
+  - Turns each node's variables (the facts setup.yml cached) into the module's node entry
+    (name, address, interface, slots), in the order given.
+  - With nproc_per_node auto, a node's slots are its GPU count, and 1 on a node without GPUs.
+options:
+  _input:
+    description: Each node's hostvars, in the group's order.
+    type: list
+    elements: dict
+    required: true
+  nproc_per_node:
+    description: auto, or the number of workers on every node.
+    type: raw
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Describe the run's nodes
+  ansible.builtin.set_fact:
+    nodes: "{{ groups['cluster'] | map('extract', hostvars) | torchfleet.cluster.launch_nodes('auto') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: One dict per node with name, address, interface and slots.
+  type: list
+  elements: dict
+"""
+
+
+def launch_nodes(node_vars, nproc_per_node) -> list[dict]:
+    nodes = []
+    for facts in node_vars:
+        net = facts["preflight_net"]
+        if str(nproc_per_node) == "auto":
+            slots = max(int(facts.get("preflight_gpu_count", 0) or 0), 1)
+        else:
+            slots = int(nproc_per_node)
+        nodes.append({"name": facts["inventory_hostname"], "address": net["address"],
+                      "interface": net["interface"], "slots": slots})
+    return nodes
+
+
+class FilterModule:
+    def filters(self):
+        return {"launch_nodes": launch_nodes}

@@ -1,0 +1,154 @@
+"""Filter `torchfleet.cluster.launch_problems`: what is wrong with a launch request, as messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+DOCUMENTATION = r"""
+name: launch_problems
+short_description: What is wrong with a launch request, each problem with its fix
+version_added: 1.0.0
+description:
+  - Checks a launch request on the controller, before anything on a node changes, and returns one
+    message per problem, each naming the variable, its value and how to fix it. An empty list
+    means the request is good.
+  - One filter call instead of one assert task per concern, because each task costs the launch
+    tens of milliseconds even when it passes.
+  - Reads the controller's files (the script and its files) and environment (the secrets).
+options:
+  _input:
+    description:
+      - The request, with keys action, script, shared_storage, lists (script_args, files, env_pass,
+        env_secrets, mpirun_extra_args), nproc_per_node, node_nproc (each node's own
+        nproc_per_node, as strings), master_port, log_dir, group, group_hosts, play_hosts,
+        without_setup (the nodes setup.yml left no facts for), mode, head and head_torchrun.
+    type: dict
+    required: true
+"""
+
+EXAMPLES = r"""
+- name: Check the launch request
+  vars:
+    _problems: "{{ _launch_request | torchfleet.cluster.launch_problems }}"
+  ansible.builtin.assert:
+    that: _problems | length == 0
+    fail_msg: "{{ _problems | join(' ') }}"
+"""
+
+RETURN = r"""
+_value:
+  description: One message per problem, in the order the checks run; empty when there is none.
+  type: list
+  elements: str
+"""
+
+EXAMPLE_LISTS = {
+    "script_args": ["--epochs", "3"],
+    "files": ["data.csv"],
+    "env_pass": ["NCCL_DEBUG"],
+    "env_secrets": ["WANDB_API_KEY"],
+    "mpirun_extra_args": ["--mca", "btl_tcp_links", "2"],
+}
+# A shell character anywhere, or an option followed by a space (a value in the same item).
+SHELL_LIKE = re.compile(r"[;|&$`<>()\n]|^-\S*\s")
+
+
+def _is_list(value) -> bool:
+    # A string is a sequence too: "WANDB_API_KEY" would become thirteen one-letter names.
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, Mapping))
+
+
+def _nproc_problems(request: dict) -> list[str]:
+    nproc = str(request["nproc_per_node"])
+    if nproc != "auto" and not re.fullmatch(r"[1-9][0-9]*", nproc):
+        return [f"nproc_per_node is '{nproc}': give auto (the GPU count) or a whole number of workers "
+                f"per node, such as 2."]
+    # The launch applies one count to every node (the head's), and torchrun needs the same count
+    # everywhere: a per-node nproc_per_node (a hostfile's slots) would be silently ignored.
+    by_count: dict[str, list[str]] = {}
+    for host, count in zip(request["group_hosts"], request["node_nproc"]):
+        by_count.setdefault(str(count), []).append(host)
+    if len(by_count) <= 1:
+        return []
+    counts = "; ".join(f"{count} on {', '.join(hosts)}" for count, hosts in by_count.items())
+    return [f"nproc_per_node differs between nodes ({counts}), but a launch runs the same number of "
+            f"workers on every node (torchrun needs that, and the launch applies one count to all): "
+            f"make the counts equal in the inventory (slots in a hostfile), or give one for all with "
+            f"-e nproc_per_node=N."]
+
+
+def _start_problems(request: dict) -> list[str]:
+    if not request["script"]:
+        return ["Name the training script: ansible-playbook launch.yml -e script=train.py"]
+    lists = request["lists"]
+    for key, value in lists.items():
+        if not _is_list(value):
+            # The other checks read these lists: say this one alone.
+            return [f"{key} must be a list, for example -e '{json.dumps({key: EXAMPLE_LISTS[key]})}', "
+                    f"so each item arrives exactly as given; it is {json.dumps(value)}."]
+    problems = []
+    shared = request["shared_storage"]
+    if not shared and not os.path.isfile(request["script"]):
+        problems.append(f"The script {request['script']} is not a file on the controller. Give its path "
+                        f"(relative to where you run ansible-playbook), or -e shared_storage=true when "
+                        f"the nodes already see it at that path.")
+    missing = [] if shared else [path for path in lists["files"] if not os.path.isfile(path)]
+    if missing:
+        problems.append(f"These files are not on the controller: {', '.join(missing)}.")
+    problems += _nproc_problems(request)
+    port = str(request["master_port"])
+    if not (port.isdigit() and 1024 <= int(port) <= 65535):
+        problems.append(f"master_port is '{port}': give the rendezvous port on the head as a number "
+                        f"from 1024 to 65535 (default 29500).")
+    if not re.match(r"[/~]", request["log_dir"]):
+        problems.append(f"log_dir is '{request['log_dir']}': give an absolute path on the nodes, or one "
+                        f"under the training account's home such as ~/torchfleet/runs (a relative path "
+                        f"would depend on where each process starts).")
+    # mpirun runs without a shell: a `;` is a plain character and "--mca x y" one word, so such an
+    # item never means what it would mean typed in a shell.
+    shell_like = [arg for arg in lists["mpirun_extra_args"] if SHELL_LIKE.search(arg)]
+    if shell_like:
+        problems.append(f"mpirun_extra_args holds '{(chr(39) + ', ' + chr(39)).join(shell_like)}': no shell "
+                        f"reads these arguments, so shell characters (; | & $ ` < > ( )) stay plain text "
+                        f"and an option with its value in one item is one word. Give each option and each "
+                        f"value as its own list item, for example "
+                        f"-e '{json.dumps({'mpirun_extra_args': EXAMPLE_LISTS['mpirun_extra_args']})}'.")
+    unset = [name for name in lists["env_secrets"] if not os.environ.get(name)]
+    if unset:
+        problems.append(f"These secrets are not set in the controller's environment: {', '.join(unset)}. "
+                        f"Export them before running ansible-playbook (their values are never printed).")
+    # A run always spans the whole group, but with --limit the script would be copied to, and live
+    # runs looked for on, only some of the nodes.
+    left_out = [host for host in request["group_hosts"] if host not in request["play_hosts"]]
+    if left_out:
+        problems.append(f"This launch runs on {len(request['play_hosts'])} of the "
+                        f"{len(request['group_hosts'])} nodes (left out: {', '.join(left_out)}), but a run "
+                        f"always uses every node of group '{request['group']}': run without --limit (or, "
+                        f"for part of the nodes, an inventory that lists only them).")
+    return problems
+
+
+def launch_problems(request: dict) -> list[str]:
+    problems = _start_problems(request) if request["action"] == "start" else []
+    if problems and (not request["script"] or not all(map(_is_list, request["lists"].values()))):
+        return problems
+    if request["without_setup"]:
+        problems.append(f"No setup facts for {', '.join(request['without_setup'])}: run `ansible-playbook "
+                        f"setup.yml -i INVENTORY` first, from the same directory (facts are cached in "
+                        f".cache/facts).")
+    # python_env_engine=none records no torchrun; without this check the launch would fail on the
+    # nodes, looking for a torchrun on PATH.
+    elif request["action"] == "start" and request["mode"] in ("torchrun", "mpich") and not request["head_torchrun"]:
+        problems.append(f"launch_mode={request['mode']} runs torchrun, but setup recorded none on "
+                        f"{request['head']} (python_env_engine=none uses the node's own Python): use -e "
+                        f"launch_mode=rank, or set up an environment with PyTorch (python_env_engine=venv "
+                        f"or conda).")
+    return problems
+
+
+class FilterModule:
+    def filters(self):
+        return {"launch_problems": launch_problems}

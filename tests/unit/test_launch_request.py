@@ -1,0 +1,106 @@
+"""The launch request's checks (filter launch_problems) and the run's nodes (filter launch_nodes).
+
+The playbook path of every message is tested against containers in tests/integration/test_bad_input.py;
+these tests cover the combinations, and that a good request passes.
+"""
+
+import pytest
+
+from ansible_collections.torchfleet.cluster.plugins.filter.launch_nodes import launch_nodes
+from ansible_collections.torchfleet.cluster.plugins.filter.launch_problems import launch_problems
+
+HOSTS = ["node0", "node1", "node2"]
+
+
+@pytest.fixture
+def request_(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "data.csv").write_text("1\n")
+    monkeypatch.setenv("TF_TEST_SECRET", "s3cret")
+    monkeypatch.delenv("TF_TEST_UNSET", raising=False)
+    return {
+        "action": "start", "script": "train.py", "shared_storage": False,
+        "lists": {"script_args": ["--epochs", "3"], "files": ["data.csv"], "env_pass": ["NCCL_DEBUG"],
+                  "env_secrets": ["TF_TEST_SECRET"], "mpirun_extra_args": ["--mca", "btl_tcp_links", "2"]},
+        "nproc_per_node": "auto", "node_nproc": ["auto"] * 3, "master_port": 29500,
+        "log_dir": "~/.torchfleet/runs", "group": "cluster", "group_hosts": HOSTS, "play_hosts": HOSTS,
+        "without_setup": [], "mode": "torchrun", "head": "node0", "head_torchrun": "/env/bin/torchrun",
+    }
+
+
+def test_a_good_request_has_no_problem(request_):
+    assert launch_problems(request_) == []
+
+
+def test_stop_checks_only_the_setup_facts(request_):
+    request_.update(action="stop", script="", master_port="abc")
+    assert launch_problems(request_) == []
+    request_["without_setup"] = ["node2"]
+    assert launch_problems(request_) == [
+        "No setup facts for node2: run `ansible-playbook setup.yml -i INVENTORY` first, from the same "
+        "directory (facts are cached in .cache/facts)."]
+
+
+@pytest.mark.parametrize("key", ["script_args", "files", "env_pass", "env_secrets", "mpirun_extra_args"])
+@pytest.mark.parametrize("value", ["WANDB_API_KEY", {"a": 1}, 3])
+def test_a_list_given_as_anything_else_is_said_alone(request_, key, value):
+    request_["lists"][key] = value
+    request_["master_port"] = 0  # also wrong, but the list comes first and alone
+    problems = launch_problems(request_)
+    assert len(problems) == 1 and problems[0].startswith(f"{key} must be a list, for example -e '{{\"{key}\": [")
+
+
+def test_every_other_problem_is_named_at_once(request_):
+    request_.update(script="missing.py", nproc_per_node="0", master_port=70000, log_dir="runs",
+                     play_hosts=["node0"])
+    request_["lists"].update(files=["data.csv", "nope.csv"], env_secrets=["TF_TEST_SECRET", "TF_TEST_UNSET"],
+                             mpirun_extra_args=["--mca", "x", "y; rm -rf ~", "-np 4"])
+    problems = launch_problems(request_)
+    assert [p.split(" ")[0] for p in problems] == [
+        "The", "These", "nproc_per_node", "master_port", "log_dir", "mpirun_extra_args", "These", "This"]
+    assert "missing.py is not a file" in problems[0]
+    assert problems[1] == "These files are not on the controller: nope.csv."
+    assert "mpirun_extra_args holds 'y; rm -rf ~', '-np 4'" in problems[5]
+    assert "environment: TF_TEST_UNSET." in problems[6]
+    assert "(left out: node1, node2)" in problems[7]
+
+
+def test_shared_storage_looks_for_no_file_on_the_controller(request_):
+    request_.update(script="/srv/train.py", shared_storage=True)
+    request_["lists"]["files"] = ["/srv/data.csv"]
+    assert launch_problems(request_) == []
+
+
+@pytest.mark.parametrize("port,ok", [(1024, True), (65535, True), ("29500", True), (1023, False),
+                                     (65536, False), ("-1", False), ("2e4", False)])
+def test_port_range(request_, port, ok):
+    request_["master_port"] = port
+    assert (launch_problems(request_) == []) is ok
+
+
+def test_nproc_per_node_that_differs_between_nodes_names_each_count(request_):
+    request_["node_nproc"] = ["2", "1", "2"]
+    (problem,) = launch_problems(request_)
+    assert problem.startswith("nproc_per_node differs between nodes (2 on node0, node2; 1 on node1)")
+
+
+def test_torchrun_mode_needs_a_torchrun_rank_mode_does_not(request_):
+    request_["head_torchrun"] = ""
+    (problem,) = launch_problems(request_)
+    assert problem.startswith("launch_mode=torchrun runs torchrun, but setup recorded none on node0")
+    request_["mode"] = "rank"
+    assert launch_problems(request_) == []
+
+
+def test_launch_nodes_auto_is_the_gpu_count_or_one():
+    node_vars = [
+        {"inventory_hostname": "a", "preflight_net": {"address": "10.0.0.1", "interface": "ib0"},
+         "preflight_gpu_count": 8},
+        {"inventory_hostname": "b", "preflight_net": {"address": "10.0.0.2", "interface": "ib0"},
+         "preflight_gpu_count": 0},
+    ]
+    assert launch_nodes(node_vars, "auto") == [
+        {"name": "a", "address": "10.0.0.1", "interface": "ib0", "slots": 8},
+        {"name": "b", "address": "10.0.0.2", "interface": "ib0", "slots": 1}]
+    assert [node["slots"] for node in launch_nodes(node_vars, "2")] == [2, 2]
