@@ -153,7 +153,8 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     first = hostvars.get(hosts[0], {}) if hosts else {}
     head = first.get("torchfleet_head") or (hosts[0] if hosts else None)
     user = first.get("cluster_user_name", "torchfleet")
-    nproc = str(extra.get("nproc_per_node", "auto"))
+    # As the launch role reads it: -e first, then the inventory's (a hostfile's slots), then auto.
+    nproc = str(extra.get("nproc_per_node", (hostvars.get(head) or first).get("nproc_per_node", "auto")))
     if nproc != "auto":
         nproc = _as_int(nproc, "nproc_per_node")
     facts = {host: read_facts(cache_dir, host) for host in hosts}

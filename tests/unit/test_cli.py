@@ -189,6 +189,22 @@ def test_render_reads_a_hostfile_as_inventory(project, capsys):
     assert data["source"] == "inventory"
 
 
+def test_render_with_facts_takes_the_inventorys_slots_as_the_launch_does(project, capsys):
+    # A hostfile's slots=2 becomes nproc_per_node=2 on each host; the cached GPU count (4) is
+    # what auto would take, and the -e value wins over both.
+    write_inventory(project / "hosts.yml",
+                    {"gpu01": {"ansible_host": "192.0.2.11", "nproc_per_node": 2},
+                     "gpu02": {"ansible_host": "192.0.2.12", "nproc_per_node": 2}},
+                    torchfleet_head="gpu01", cluster_user_name="trainer")
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert data["source"] == "facts" and data["hostfile"] == "10.9.0.11 slots=2\n10.9.0.12 slots=2\n"
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "--json", "-e", "nproc_per_node=1")
+    assert rc == 0, err
+    assert json.loads(out)["hostfile"] == "10.9.0.11 slots=1\n10.9.0.12 slots=1\n"
+
+
 def test_render_plan_error_exits_1(project, capsys):
     rc, _, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "master_port=80")
     assert rc == 1 and "port 80 is not usable" in err
