@@ -180,8 +180,8 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
                 gpus = _as_int(hv.get("nproc_per_node", 1), f"{host}: nproc_per_node")
                 address = hv.get("ansible_host", host)
                 iface = interface or hv.get("torchfleet_interface")
-            slots = max(gpus, 1) if nproc == "auto" else nproc
-            nodes.append(lp.Node(name=host, address=str(address), slots=slots, interface=iface))
+            nodes.append(lp.Node(name=host, address=str(address), slots=lp.node_slots(gpus, nproc),
+                                 interface=iface))
     if not batch_nodes and len(nodes) > 1 and any(node.interface is None for node in nodes):
         raise RenderError("no facts cached for these nodes (run `torchfleet setup` first), and the "
                           "inventory does not name their cluster interface: give it with "

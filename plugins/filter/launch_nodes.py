@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import node_slots
+
 DOCUMENTATION = r"""
 name: launch_nodes
 short_description: The nodes of a run, as the torchrun_launch module takes them
@@ -40,12 +42,9 @@ def launch_nodes(node_vars, nproc_per_node) -> list[dict]:
     nodes = []
     for facts in node_vars:
         net = facts["preflight_net"]
-        if str(nproc_per_node) == "auto":
-            slots = max(int(facts.get("preflight_gpu_count", 0) or 0), 1)
-        else:
-            slots = int(nproc_per_node)
         nodes.append({"name": facts["inventory_hostname"], "address": net["address"],
-                      "interface": net["interface"], "slots": slots})
+                      "interface": net["interface"],
+                      "slots": node_slots(facts.get("preflight_gpu_count"), nproc_per_node)})
     return nodes
 
 

@@ -80,15 +80,20 @@ def _nproc_problems(request: dict) -> list[str]:
             f"-e nproc_per_node=N."]
 
 
-def _start_problems(request: dict) -> list[str]:
+def _shape_problem(request: dict) -> str | None:
+    """No script, or a list variable that is not a list: the other checks need both, so this
+    problem is said alone."""
     if not request["script"]:
-        return ["Name the training script: ansible-playbook launch.yml -e script=train.py"]
-    lists = request["lists"]
-    for key, value in lists.items():
+        return "Name the training script: ansible-playbook launch.yml -e script=train.py"
+    for key, value in request["lists"].items():
         if not _is_list(value):
-            # The other checks read these lists: say this one alone.
-            return [f"{key} must be a list, for example -e '{json.dumps({key: EXAMPLE_LISTS[key]})}', "
-                    f"so each item arrives exactly as given; it is {json.dumps(value)}."]
+            return (f"{key} must be a list, for example -e '{json.dumps({key: EXAMPLE_LISTS[key]})}', "
+                    f"so each item arrives exactly as given; it is {json.dumps(value)}.")
+    return None
+
+
+def _start_problems(request: dict) -> list[str]:
+    lists = request["lists"]
     problems = []
     shared = request["shared_storage"]
     if not shared and not os.path.isfile(request["script"]):
@@ -109,9 +114,9 @@ def _start_problems(request: dict) -> list[str]:
                         f"would depend on where each process starts).")
     # mpirun runs without a shell: a `;` is a plain character and "--mca x y" one word, so such an
     # item never means what it would mean typed in a shell.
-    shell_like = [arg for arg in lists["mpirun_extra_args"] if SHELL_LIKE.search(arg)]
+    shell_like = "', '".join(arg for arg in lists["mpirun_extra_args"] if SHELL_LIKE.search(arg))
     if shell_like:
-        problems.append(f"mpirun_extra_args holds '{(chr(39) + ', ' + chr(39)).join(shell_like)}': no shell "
+        problems.append(f"mpirun_extra_args holds '{shell_like}': no shell "
                         f"reads these arguments, so shell characters (; | & $ ` < > ( )) stay plain text "
                         f"and an option with its value in one item is one word. Give each option and each "
                         f"value as its own list item, for example "
@@ -132,9 +137,12 @@ def _start_problems(request: dict) -> list[str]:
 
 
 def launch_problems(request: dict) -> list[str]:
-    problems = _start_problems(request) if request["action"] == "start" else []
-    if problems and (not request["script"] or not all(map(_is_list, request["lists"].values()))):
-        return problems
+    problems = []
+    if request["action"] == "start":
+        shape = _shape_problem(request)
+        if shape:
+            return [shape]
+        problems = _start_problems(request)
     if request["without_setup"]:
         problems.append(f"No setup facts for {', '.join(request['without_setup'])}: run `ansible-playbook "
                         f"setup.yml -i INVENTORY` first, from the same directory (facts are cached in "

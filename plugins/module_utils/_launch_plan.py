@@ -448,8 +448,15 @@ def validate(plan: Plan) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Run ids and log layout (shared by the module and `torchfleet render`)
+# Node slots, run ids and log layout (shared by the module, its filters and `torchfleet render`)
 # ---------------------------------------------------------------------------------------------
+
+def node_slots(gpu_count, nproc_per_node) -> int:
+    """A node's workers: nproc_per_node, or with auto one per GPU and one on a node without GPUs."""
+    if str(nproc_per_node) == "auto":
+        return max(int(gpu_count or 0), 1)
+    return int(nproc_per_node)
+
 
 def new_run_id(now, token: str) -> str:
     """tf-YYYYMMDD-HHMMSS-TOKEN from a UTC time and a random token: sorts by start time, and the
