@@ -139,8 +139,9 @@ def _progress(args: argparse.Namespace):
                     verbose=args.verbose)
 
 
-def _results(outcome, task: str) -> list[dict]:
-    return [item for item in outcome.progress.results if item["task"] == task]
+def _results(outcome, task: str, failed: bool = False) -> list[dict]:
+    found = outcome.progress.results + (outcome.progress.failed_results if failed else [])
+    return [item for item in found if item["task"] == task]
 
 
 def _playbook(args: argparse.Namespace, name: str, **fixed):
@@ -190,8 +191,8 @@ def _launch(args: argparse.Namespace) -> int:
         msg = item["res"].get("msg")
         report += msg if isinstance(msg, list) else [str(msg)]
     result = {}
-    for item in _results(outcome, "Keep the run's result") + _results(outcome, "Keep the failed run's result"):
-        result = item["res"].get("ansible_facts", {}).get("launch_result", result)
+    for item in _results(outcome, "Run mpirun + torchrun and wait for the run to end", failed=True):
+        result = item["res"]
     if not args.json:
         for line in report:
             print(line)

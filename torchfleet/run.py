@@ -68,6 +68,7 @@ class Progress:
     hosts: dict[str, HostState] = field(default_factory=dict)
     failures: dict[str, dict] = field(default_factory=dict)
     results: list[dict] = field(default_factory=list)  # ok results: {host, task, res}
+    failed_results: list[dict] = field(default_factory=list)  # the same, of failed tasks
     stats: dict = field(default_factory=dict)
     tail: deque = field(default_factory=lambda: deque(maxlen=15))  # Ansible's last output lines
     _drawn: int = 0
@@ -101,8 +102,9 @@ class Progress:
                                        "unreachable": kind == "runner_on_unreachable"}
                 if not self.live:
                     print(f"torchfleet: {host}: FAILED: {task}", file=self.stream, flush=True)
-            if kind == "runner_on_ok":
-                self.results.append({"host": host, "task": task, "res": res})
+            if kind in ("runner_on_ok", "runner_on_failed"):
+                found = self.results if kind == "runner_on_ok" else self.failed_results
+                found.append({"host": host, "task": task, "res": res})
             if self.live:
                 self.draw()
         if event.get("stdout"):

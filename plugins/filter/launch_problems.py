@@ -22,9 +22,9 @@ options:
   _input:
     description:
       - The request, with keys action, script, shared_storage, lists (script_args, files, env_pass,
-        env_secrets, mpirun_extra_args), nproc_per_node, node_nproc (each node's own
-        nproc_per_node, as strings), master_port, log_dir, group, group_hosts, play_hosts,
-        without_setup (the nodes setup.yml left no facts for), mode, head and head_torchrun.
+        env_secrets, mpirun_extra_args), nproc_per_node, nodes (each node's hostvars, in the
+        group's order, read once: each read of hostvars costs the controller time per node),
+        master_port, log_dir, group, group_hosts, play_hosts, mode, head and head_torchrun.
     type: dict
     required: true
 """
@@ -69,8 +69,8 @@ def _nproc_problems(request: dict) -> list[str]:
     # The launch applies one count to every node (the head's), and torchrun needs the same count
     # everywhere: a per-node nproc_per_node (a hostfile's slots) would be silently ignored.
     by_count: dict[str, list[str]] = {}
-    for host, count in zip(request["group_hosts"], request["node_nproc"]):
-        by_count.setdefault(str(count), []).append(host)
+    for node in request["nodes"]:
+        by_count.setdefault(str(node.get("nproc_per_node", "auto")), []).append(node["inventory_hostname"])
     if len(by_count) <= 1:
         return []
     counts = "; ".join(f"{count} on {', '.join(hosts)}" for count, hosts in by_count.items())
@@ -143,8 +143,11 @@ def launch_problems(request: dict) -> list[str]:
         if shape:
             return [shape]
         problems = _start_problems(request)
-    if request["without_setup"]:
-        problems.append(f"No setup facts for {', '.join(request['without_setup'])}: run `ansible-playbook "
+    # setup.yml caches both; a node without them was never set up, or its cache expired.
+    without_setup = [node["inventory_hostname"] for node in request["nodes"]
+                     if "preflight_net" not in node or "python_env_torchrun" not in node]
+    if without_setup:
+        problems.append(f"No setup facts for {', '.join(without_setup)}: run `ansible-playbook "
                         f"setup.yml -i INVENTORY` first, from the same directory (facts are cached in "
                         f".cache/facts).")
     # python_env_engine=none records no torchrun; without this check the launch would fail on the

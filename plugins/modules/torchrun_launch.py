@@ -180,7 +180,9 @@ attributes:
     support: full
     details:
       - With O(state=started) check mode renders and returns the exact command, hostfile and
-        environment (secrets redacted), and neither runs nor writes anything.
+        environment (secrets redacted), and neither runs nor writes anything. It fails where the
+        start would fail, on any node where a run is alive, and on the head (the machine that
+        holds the head's address) when the rendezvous port is taken.
       - With O(state=stopped) it reports the runs that would be stopped.
   diff_mode:
     support: none
@@ -347,10 +349,6 @@ silent_nodes:
   type: list
   elements: str
   sample: [gpu02]
-port_in_use:
-  description: Whether the rendezvous port is taken on the head now (check mode only, which refuses nothing).
-  returned: state=started, in check mode
-  type: bool
 failed_rank:
   description:
     - Global rank of the first worker that failed, as reported by torchrun or Open MPI; null when
@@ -384,11 +382,11 @@ failed_log_tail:
 runs:
   description:
     - With O(state=stopped), the runs found alive on this node (in check mode, those that would
-      be stopped). With O(state=started), when the launch was refused, the runs that blocked it;
-      in check mode, the runs alive on this node, which would refuse the launch.
+      be stopped). With O(state=started), when the launch was refused (check mode included), the
+      runs that blocked it.
     - Run the check-mode render on every node and one round trip both renders the launch (on the
-      head) and finds runs left anywhere.
-  returned: state=stopped; state=started in check mode, or when a live run refused the launch
+      head) and refuses it for runs left anywhere.
+  returned: state=stopped; state=started when a live run refused the launch
   type: list
   elements: dict
   contains:
@@ -405,7 +403,7 @@ stale_files:
   type: list
   elements: str
 port_holders:
-  description: Processes seen holding the rendezvous port on the head (check mode, or a launch refused for a taken port).
+  description: Processes seen holding the rendezvous port on the head, when it refused the launch.
   returned: when the port was taken
   type: list
   elements: str
@@ -1024,7 +1022,9 @@ def build(module, run_id, run_dir):
     return plan, rendered, secret_values, paths
 
 
-def preflight(module, plan, run_dir):
+def preflight(module, plan, run_dir, on_head=True):
+    """Refuse what would stop the run: an earlier run alive on this node, and on the head a
+    missing address, a taken rendezvous port or a used run id."""
     alive = find_run_processes()
     if alive:
         runs = group_runs(alive)
@@ -1033,6 +1033,8 @@ def preflight(module, plan, run_dir):
         module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive on "
                              f"this node: {listed}. Stop it first with {STOP_HINT}, then launch "
                              f"again", runs=runs, run_id=plan.run_id)
+    if not on_head:
+        return
     head = next(node for node in plan.nodes if node.name == plan.head)
     if not holds_address(head.address):
         module.fail_json(msg=f"this machine does not have the head's address {head.address} "
@@ -1069,11 +1071,11 @@ def run_started(module):
         "worker_logs_dir": paths["workers"],
     }
     if module.check_mode:
-        # Read-only, so a playbook can refuse a taken port or a live run before it copies anything.
-        busy = port_in_use(plan.port)
-        module.exit_json(port_in_use=busy, port_holders=port_holders(plan.port) if busy else [],
-                         runs=group_runs(find_run_processes()),
-                         stale_files=stale_files(p["expect_files"]), **result)
+        # Refuses what the start would refuse on this node, so a playbook that renders on every
+        # node at once stops before it copies anything: a live run anywhere, a taken port on the head.
+        head = next(node for node in plan.nodes if node.name == plan.head)
+        preflight(module, plan, run_dir, on_head=holds_address(head.address))
+        module.exit_json(stale_files=stale_files(p["expect_files"]), **result)
     preflight(module, plan, run_dir)
 
     env = launcher_env(os.environ, set(rendered.inherit), rendered.env, secret_values)

@@ -188,7 +188,7 @@ CASES = [
                  ["master_port is 'abc'", "1024 to 65535"],
                  id="launch-port-not-a-number"),
     pytest.param(holding_port(29500, launch("-e", f"script={SCRIPT}")),
-                 [f"The rendezvous port 29500 is taken on {HEAD}", "-e master_port=N"],
+                 [f"the rendezvous port 29500 is already in use on the head {HEAD}", "-e master_port=N"],
                  id="launch-port-taken-on-head"),
     pytest.param(launch("-e", f"script={SCRIPT}", "-e", "nproc_per_node=0"),
                  ["nproc_per_node is '0'", "a whole number of workers per node"],

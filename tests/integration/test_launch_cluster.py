@@ -47,7 +47,10 @@ def test_a_second_launch_is_refused_while_a_run_is_alive_and_stop_ends_it(cluste
     rc, output = cluster.launch("-e", "script=examples/train.py", "-e", LONG_RUN)
     flat = " ".join(output.split())
     assert rc != 0
-    assert f"A run of torchfleet is still alive: {NODES[0]} runs tf-" in flat
+    # Every node that runs it refuses, in its own words.
+    for node in NODES:
+        assert f"fatal: [{node}]: FAILED!" in flat
+    assert "refusing to launch: an earlier torchfleet run is still alive on this node: tf-" in flat
     assert "ansible-playbook launch.yml -e action=stop" in flat
     assert "Put the script and its files" not in output  # refused before anything changed
     assert long_run.poll() is None  # the first run goes on
@@ -74,7 +77,7 @@ def test_a_taken_port_is_reported_before_launch(cluster):
         rc, output = cluster.launch("-e", "script=examples/train.py")
         flat = " ".join(output.split())
         assert rc != 0
-        assert f"The rendezvous port 29500 is taken on {NODES[0]}" in flat
+        assert f"the rendezvous port 29500 is already in use on the head {NODES[0]} by pid" in flat
         assert "-e master_port=N" in flat
         assert "Put the script and its files" not in output
     finally:

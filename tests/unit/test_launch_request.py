@@ -23,9 +23,11 @@ def request_(tmp_path, monkeypatch):
         "action": "start", "script": "train.py", "shared_storage": False,
         "lists": {"script_args": ["--epochs", "3"], "files": ["data.csv"], "env_pass": ["NCCL_DEBUG"],
                   "env_secrets": ["TF_TEST_SECRET"], "mpirun_extra_args": ["--mca", "btl_tcp_links", "2"]},
-        "nproc_per_node": "auto", "node_nproc": ["auto"] * 3, "master_port": 29500,
+        "nproc_per_node": "auto", "master_port": 29500,
+        "nodes": [{"inventory_hostname": host, "preflight_net": {"address": f"10.0.0.{i}", "interface": "eth0"},
+                   "python_env_torchrun": "/env/bin/torchrun"} for i, host in enumerate(HOSTS)],
         "log_dir": "~/.torchfleet/runs", "group": "cluster", "group_hosts": HOSTS, "play_hosts": HOSTS,
-        "without_setup": [], "mode": "torchrun", "head": "node0", "head_torchrun": "/env/bin/torchrun",
+        "mode": "torchrun", "head": "node0", "head_torchrun": "/env/bin/torchrun",
     }
 
 
@@ -36,7 +38,7 @@ def test_a_good_request_has_no_problem(request_):
 def test_stop_checks_only_the_setup_facts(request_):
     request_.update(action="stop", script="", master_port="abc")
     assert launch_problems(request_) == []
-    request_["without_setup"] = ["node2"]
+    del request_["nodes"][2]["preflight_net"]
     assert launch_problems(request_) == [
         "No setup facts for node2: run `ansible-playbook setup.yml -i INVENTORY` first, from the same "
         "directory (facts are cached in .cache/facts)."]
@@ -80,7 +82,8 @@ def test_port_range(request_, port, ok):
 
 
 def test_nproc_per_node_that_differs_between_nodes_names_each_count(request_):
-    request_["node_nproc"] = ["2", "1", "2"]
+    for node, count in zip(request_["nodes"], (2, 1, 2)):
+        node["nproc_per_node"] = count
     (problem,) = launch_problems(request_)
     assert problem.startswith("nproc_per_node differs between nodes (2 on node0, node2; 1 on node1)")
 
