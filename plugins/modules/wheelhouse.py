@@ -80,6 +80,14 @@ lock:
   returned: when the wheels are there (always outside check mode)
   type: list
   elements: str
+files:
+  description:
+    - The names of the files in RV(path), the wheels and C(requirements.lock), sorted. A wheel's
+      name fixes its content (an index never takes a file of the same name twice), so a node that
+      has a file of that name needs no copy of it.
+  returned: when the wheels are there (always outside check mode)
+  type: list
+  elements: str
 downloaded_bytes:
   description: Bytes of wheels fetched by this run; 0 when the spec was already there.
   returned: always
@@ -193,7 +201,8 @@ def main():
     if os.path.exists(lock_path):
         with open(lock_path) as handle:
             lock = [line.strip() for line in handle if line.strip()]
-        module.exit_json(changed=False, path=path, lock=lock, downloaded_bytes=0)
+        module.exit_json(changed=False, path=path, lock=lock, files=sorted(os.listdir(path)),
+                         downloaded_bytes=0)
     if module.check_mode:
         module.exit_json(changed=True, path=path, downloaded_bytes=0)
 
@@ -226,7 +235,8 @@ def main():
         handle.write("".join(line + "\n" for line in lock))
     size = sum(os.path.getsize(os.path.join(partial, f)) for f in files)
     os.rename(partial, path)
-    module.exit_json(changed=True, path=path, lock=lock, downloaded_bytes=size)
+    module.exit_json(changed=True, path=path, lock=lock, files=sorted(files + [LOCK]),
+                     downloaded_bytes=size)
 
 
 if __name__ == "__main__":
