@@ -23,7 +23,7 @@ options:
     description:
       - The request, with keys action, script, shared_storage, lists (script_args, files, env_pass,
         env_secrets, mpirun_extra_args), nproc_per_node, nodes (each node's hostvars, in the
-        group's order, read once: each read of hostvars costs the controller time per node),
+        group's order, read once, as each read of hostvars costs the controller time per node),
         master_port, log_dir, group, group_hosts, play_hosts, mode, head and head_torchrun.
     type: dict
     required: true

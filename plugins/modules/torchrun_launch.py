@@ -13,9 +13,12 @@ version_added: "0.1.0"
 description:
   - With O(state=started) the module runs on the head node. It renders the launch (C(mpirun) with
     one C(torchrun) per node, one MPI rank per GPU, or C(mpiexec) for HPE Cray PALS) with the
-    collection's launch renderer, refuses to start while a process of an earlier torchfleet run is
-    alive on this node or the rendezvous port is taken, then starts the launcher, waits for it and
-    reports its exit status, the first rank that failed and where every log is.
+    collection's launch renderer, checks every node from the head over C(ssh) (O(check_nodes)),
+    refuses to start while a process of an earlier torchfleet run is alive on any node, a node
+    does not answer, or the rendezvous port is taken, puts the script's files where they are
+    missing or stale (O(file_contents)), then starts the launcher, waits for it and reports its
+    exit status, the first rank that failed and where every log is. One task and one connection
+    from the controller; the head reaches the nodes itself, as C(mpirun) does a moment later.
   - With O(state=stopped) the module runs on any node and stops the torchfleet runs alive there.
   - Every process of a run carries E(TORCHFLEET_RUN_ID) in its environment; that is how runs are
     found. Open MPI's remote daemons (C(orted)) do not carry it; they exit by themselves, taking
@@ -166,13 +169,23 @@ options:
         in the same directory when it exists there (else in the home directory), so relative paths
         in O(script_args) mean the same everywhere. Default, the module's own temporary directory.
     type: path
-  expect_files:
+  file_contents:
     description:
-      - Check mode of O(state=started) only. Paths on this node mapped to the SHA-1 their content
-        should have; the result's RV(stale_files) lists those that differ or are missing, so a
-        playbook copies only those (the render's round trip replaces the copy's own checks).
+      - Files the run needs at the same path on every node (the script, its config), as paths
+        mapped to base64 content; a leading C(~) is the training account's home. Before the
+        start, the head hashes each node's copies and writes only the missing or different ones
+        (whole or not at all, directories 0750, files 0640). Never shown in output.
     type: dict
     default: {}
+  check_nodes:
+    description:
+      - Before the start, check every other node from the head over C(ssh) as the running
+        account, the way C(mpirun) reaches them, in parallel. A node that does not answer and
+        an earlier run still alive there refuse the launch; missing or different
+        O(file_contents) are sent. V(false) checks the head alone (Cray PALS nodes, which
+        C(mpiexec) reaches without C(ssh)).
+    type: bool
+    default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -383,23 +396,31 @@ runs:
   description:
     - With O(state=stopped), the runs found alive on this node (in check mode, those that would
       be stopped). With O(state=started), when the launch was refused (check mode included), the
-      runs that blocked it.
-    - Run the check-mode render on every node and one round trip both renders the launch (on the
-      head) and refuses it for runs left anywhere.
+      runs that blocked it, on any node.
   returned: state=stopped; state=started when a live run refused the launch
   type: list
   elements: dict
   contains:
+    node:
+      description: With O(state=started), the node the run is alive on.
+      type: str
     run_id:
       description: The run's id.
       type: str
     pids:
-      description: Its processes on this node.
+      description: Its processes on that node.
       type: list
       elements: int
 stale_files:
-  description: Of O(expect_files), the paths whose content on this node differs or that are missing.
-  returned: state=started, in check mode
+  description:
+    - Of O(file_contents), the paths missing or different on each node that has any, before the
+      start sent them (in check mode, those it would send).
+  returned: state=started
+  type: dict
+  sample: {gpu02: [/home/torchfleet/torchfleet/scripts/train.py]}
+unreachable:
+  description: The nodes the head could not check over C(ssh), when that refused the launch.
+  returned: when a node did not answer
   type: list
   elements: str
 port_holders:
@@ -430,9 +451,13 @@ stopped:
       type: str
 """
 
+import base64
 import errno
 import glob
+import hashlib
+import json
 import os
+import pkgutil
 import re
 import secrets
 import select
@@ -441,10 +466,10 @@ import signal
 import socket
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._files import file_sha1
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
     RESERVED_ENV,
     Node,
@@ -454,10 +479,20 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
     render,
     run_log_dirs,
 )
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe
+from ansible_collections.torchfleet.cluster.plugins.module_utils._node_probe import (
+    cmdline,
+    find_run_processes,
+    probe,
+    read_bytes,
+)
 
-RUN_ID_VAR = "TORCHFLEET_RUN_ID"
 STOP_HINT = "ansible-playbook launch.yml -e action=stop (or: torchfleet stop)"
 TAIL_LINES = 20
+# The head's checks of the other nodes: seconds for one node to answer, and how many at once
+# (each ssh holds three pipes; 64 stays far from a 1024 file limit).
+PROBE_TIMEOUT = 20
+PROBE_FANOUT = 64
 # Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.
 AUTO_PASS = ("PATH", "LD_LIBRARY_PATH")
 # What the launcher keeps of the module's environment. Ranks on the head inherit the launcher's
@@ -503,15 +538,6 @@ def launcher_env(environ, passed, rendered_env, secret_values):
     env.update(rendered_env)
     env.update(secret_values)
     return env
-
-
-def run_id_of(environ_bytes: bytes) -> str | None:
-    """TORCHFLEET_RUN_ID from the raw bytes of /proc/PID/environ."""
-    prefix = RUN_ID_VAR.encode() + b"="
-    for item in environ_bytes.split(b"\0"):
-        if item.startswith(prefix):
-            return item[len(prefix):].decode("utf-8", "replace")
-    return None
 
 
 def listening_inodes(proc_net_tcp: str, port: int) -> set[int]:
@@ -639,62 +665,6 @@ def tail(text: str, lines: int = TAIL_LINES) -> list[str]:
 # Processes of runs, on this node
 # ---------------------------------------------------------------------------------------------
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
-def _cmdline(pid, limit: int) -> str:
-    argv = _read(f"/proc/{pid}/cmdline").rstrip(b"\0").split(b"\0")
-    text = shlex.join(arg.decode("utf-8", "replace") for arg in argv)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
-def _ancestors() -> set[int]:
-    """This process and its ancestors: never stop the module (or whoever started it)."""
-    pids, pid = set(), os.getpid()
-    while pid > 1 and pid not in pids:
-        pids.add(pid)
-        try:
-            pid = int(_read(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            break
-    return pids
-
-
-def find_run_processes(run_ids=None) -> list[dict]:
-    """Processes on this node carrying TORCHFLEET_RUN_ID (only those in `run_ids` if given):
-    this user's, or everyone's as root, in this PID namespace. Zombies have an empty environ,
-    so a process that is dead but not yet reaped does not count."""
-    skip = _ancestors()
-    uid = os.geteuid()
-    try:
-        own_ns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        own_ns = None
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in skip:
-            continue
-        base = f"/proc/{entry}"
-        try:
-            if uid != 0 and os.stat(base).st_uid != uid:
-                continue
-            # A container's processes are another node's business.
-            if own_ns is not None and os.readlink(f"{base}/ns/pid") != own_ns:
-                continue
-            run_id = run_id_of(_read(f"{base}/environ"))
-            if run_id is None or (run_ids is not None and run_id not in run_ids):
-                continue
-            cmdline = _cmdline(entry, 300)
-            pgid = os.getpgid(int(entry))
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-        found.append({"pid": int(entry), "run_id": run_id, "cmdline": cmdline,
-                      "pgid": pgid})
-    return sorted(found, key=lambda proc: proc["pid"])
-
-
 def group_runs(procs) -> list[dict]:
     runs: dict[str, list[int]] = {}
     for proc in procs:
@@ -766,7 +736,7 @@ def port_holders(port: int) -> list[str]:
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            inodes |= listening_inodes(_read(table).decode(), port)
+            inodes |= listening_inodes(read_bytes(table).decode(), port)
         except OSError:
             pass
     wanted = {f"socket:[{inode}]" for inode in inodes}
@@ -777,7 +747,7 @@ def port_holders(port: int) -> list[str]:
         try:
             fds = os.listdir(f"/proc/{entry}/fd")
             if any(os.readlink(f"/proc/{entry}/fd/{fd}") in wanted for fd in fds):
-                holders.append(f"pid {entry} ({_cmdline(entry, 120)})")
+                holders.append(f"pid {entry} ({cmdline(entry, 120)})")
         except OSError:
             continue
     return holders
@@ -1002,7 +972,7 @@ def build(module, run_id, run_dir):
     paths = {"run": run_dir, "launcher": os.path.join(run_dir, "launcher.log"),
              "ranks": ranks or "", "workers": workers or ""}
     plan = Plan(
-        nodes=nodes, head=p["head"], script=p["script"], run_id=run_id,
+        nodes=nodes, head=p["head"], script=os.path.expanduser(p["script"]), run_id=run_id,
         hostfile_path=os.path.join(run_dir, "hostfile"), script_args=tuple(p["script_args"]),
         mode=p["mode"], port=p["master_port"], nproc_per_node=p["nproc_per_node"],
         python=p["python"], torchrun=p["torchrun"], launcher=p["launcher"],
@@ -1022,20 +992,9 @@ def build(module, run_id, run_dir):
     return plan, rendered, secret_values, paths
 
 
-def preflight(module, plan, run_dir, on_head=True):
-    """Refuse what would stop the run: an earlier run alive on this node, and on the head a
-    missing address, a taken rendezvous port or a used run id."""
-    alive = find_run_processes()
-    if alive:
-        runs = group_runs(alive)
-        listed = "; ".join(f"{run['run_id']} (pids {', '.join(map(str, run['pids']))})"
-                           for run in runs)
-        module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive on "
-                             f"this node: {listed}. Stop it first with {STOP_HINT}, then launch "
-                             f"again", runs=runs, run_id=plan.run_id)
-    if not on_head:
-        return
-    head = next(node for node in plan.nodes if node.name == plan.head)
+def head_preflight(module, plan, run_dir, head):
+    """Refuse what would stop the run on the head: a missing address, a taken rendezvous port, a
+    used run id."""
     if not holds_address(head.address):
         module.fail_json(msg=f"this machine does not have the head's address {head.address} "
                              f"({head.name}): run the launch on the head node (delegate_to: "
@@ -1052,9 +1011,91 @@ def preflight(module, plan, run_dir, on_head=True):
                              f"give a new run_id or leave it unset", run_id=plan.run_id)
 
 
-def stale_files(expected: dict) -> list[str]:
-    """The paths whose content is not the expected SHA-1 (missing or unreadable ones included)."""
-    return sorted(path for path, sha1 in expected.items() if file_sha1(path) != sha1)
+def probe_source() -> str:
+    """_node_probe's text: a plain file from a checkout, a member of the module's zip under
+    AnsiballZ (where inspect.getsource fails now and then)."""
+    try:
+        with open(_node_probe.__file__, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:
+        return pkgutil.get_data(_node_probe.__name__.rpartition(".")[0], "_node_probe.py").decode()
+
+
+def probe_command(python: str) -> str:
+    # ssh hands the remote side one command line, quoted here; the request travels on stdin.
+    return shlex.join([python, "-c", probe_source()])
+
+
+def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict) -> dict:
+    """_node_probe's answer to each node's request, {name: answer}: here for the head, over the
+    cluster's ssh for the others, as the training account, the way mpirun reaches them. A node
+    that does not answer gets {"error": ...}. In parallel, at most PROBE_FANOUT at once: the
+    slowest node bounds the wait."""
+    remote = probe_command(python)
+
+    def ask(node):
+        if node.name == head:
+            try:
+                return probe(requests[node.name])
+            except OSError as err:
+                return {"error": str(err)}
+        argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={PROBE_TIMEOUT // 2}", node.address, remote]
+        try:
+            done = subprocess.run(argv, input=json.dumps(requests[node.name]),
+                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return {"error": f"no answer within {PROBE_TIMEOUT} s"}
+        try:
+            return json.loads(done.stdout)
+        except ValueError:
+            lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            return {"error": lines[-1] if lines else f"ssh exited {done.returncode}"}
+    if not nodes:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(nodes))) as pool:
+        return dict(zip((node.name for node in nodes), pool.map(ask, nodes)))
+
+
+def preflight_nodes(module, plan, run_dir, files: dict) -> dict:
+    """Everything the start would trip over, on every node, before anything changes: a node ssh
+    cannot reach, a run alive anywhere, the head's address, port and run id. Returns the files
+    that are missing or stale on each node, {name: [paths]}."""
+    head = next(node for node in plan.nodes if node.name == plan.head)
+    expect = {path: hashlib.sha1(content).hexdigest() for path, content in files.items()}
+    nodes = plan.nodes if module.params["check_nodes"] else [head]
+    ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
+    answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: {"expect": expect} for node in nodes})
+    order = [node.name for node in nodes]
+    lost = [name for name in order if "error" in answers[name]]
+    if lost:
+        named = "; ".join(f"{name}: {answers[name]['error']}" for name in lost)
+        module.fail_json(msg=f"refusing to launch: the head {head.name} cannot reach {', '.join(lost)} "
+                             f"over ssh as the training account, as mpirun would ({named}). Bring the "
+                             f"node back, or run setup.yml again if its address or host key changed",
+                         unreachable=lost, run_id=plan.run_id)
+    runs = [{"node": name, **run} for name in order for run in group_runs(answers[name]["runs"])]
+    if runs:
+        listed = "; ".join(f"on {run['node']}: {run['run_id']} (pids {', '.join(map(str, run['pids']))})"
+                           for run in runs)
+        module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {listed}. "
+                             f"Stop it first with {STOP_HINT}, then launch again", runs=runs,
+                         run_id=plan.run_id)
+    head_preflight(module, plan, run_dir, head)
+    return {name: answers[name]["stale"] for name in order if answers[name]["stale"]}
+
+
+def send_files(module, plan, files: dict, stale: dict) -> None:
+    """Put the stale files on the nodes that lack them, whole, in parallel."""
+    nodes = [node for node in plan.nodes if node.name in stale]
+    requests = {node.name: {"write": {path: base64.b64encode(files[path]).decode("ascii")
+                                      for path in stale[node.name]}} for node in nodes}
+    ssh = module.get_bin_path("ssh", required=any(node.name != plan.head for node in nodes))
+    answers = probe_nodes(nodes, plan.head, ssh, plan.python, requests)
+    failed = [name for name, answer in answers.items() if "error" in answer]
+    if failed:
+        module.fail_json(msg="could not put the script's files on " + "; ".join(
+            f"{name}: {answers[name]['error']}" for name in failed) + "; nothing was started",
+            stale_files=stale, run_id=plan.run_id)
 
 
 def run_started(module):
@@ -1070,13 +1111,15 @@ def run_started(module):
         "launcher_log": paths["launcher"], "rank_logs_dir": paths["ranks"],
         "worker_logs_dir": paths["workers"],
     }
+    files = {os.path.expanduser(path): base64.b64decode(content)
+             for path, content in p["file_contents"].items()}
+    stale = preflight_nodes(module, plan, run_dir, files)
+    result["stale_files"] = stale
     if module.check_mode:
-        # Refuses what the start would refuse on this node, so a playbook that renders on every
-        # node at once stops before it copies anything: a live run anywhere, a taken port on the head.
-        head = next(node for node in plan.nodes if node.name == plan.head)
-        preflight(module, plan, run_dir, on_head=holds_address(head.address))
-        module.exit_json(stale_files=stale_files(p["expect_files"]), **result)
-    preflight(module, plan, run_dir)
+        module.exit_json(**result)
+    if stale:
+        send_files(module, plan, files, stale)
+        result["changed"] = True
 
     env = launcher_env(os.environ, set(rendered.inherit), rendered.env, secret_values)
     absent = [name for name in (*rendered.inherit, *rendered.secrets) if name not in env]
@@ -1110,7 +1153,7 @@ def run_started(module):
     try:
         while True:
             try:
-                proc.wait(timeout=0.5)
+                proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
                 break
             except subprocess.TimeoutExpired:
                 pass
@@ -1216,7 +1259,8 @@ ARGUMENT_SPEC = {
     "launch_timeout": {"type": "int", "default": 0},
     "stop_grace": {"type": "int", "default": 10},
     "chdir": {"type": "path"},
-    "expect_files": {"type": "dict", "default": {}},
+    "file_contents": {"type": "dict", "default": {}, "no_log": True},
+    "check_nodes": {"type": "bool", "default": True},
 }
 
 

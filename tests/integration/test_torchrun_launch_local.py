@@ -8,6 +8,7 @@ stopped at the end of each test.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -230,10 +231,10 @@ def test_a_live_run_refuses_a_new_launch_until_stopped(cluster):
 
     rc, output, refused = cluster.run(cluster.args())
     assert rc != 0
-    assert f"an earlier torchfleet run is still alive on this node: {first['run_id']}" \
+    assert f"an earlier torchfleet run is still alive on here: {first['run_id']}" \
         in refused["msg"]
     assert "ansible-playbook launch.yml -e action=stop" in refused["msg"]
-    assert refused["runs"] == [{"run_id": first["run_id"], "pids": sorted(pids)}]
+    assert refused["runs"] == [{"node": "here", "run_id": first["run_id"], "pids": sorted(pids)}]
     assert not (cluster.runs_dir / refused["run_id"]).exists()
 
     # Check mode reports what would be stopped and leaves it running.
@@ -277,6 +278,32 @@ def test_taken_rendezvous_port_refuses_the_launch(cluster):
     assert "-e master_port=N" in result["msg"]
     assert f"pid {os.getpid()} (" in result["msg"]  # this test holds it
     assert not (cluster.runs_dir / args["run_id"]).exists()
+
+
+def test_the_script_is_written_where_it_is_missing_or_stale_and_only_there(cluster):
+    placed = cluster.tmp / "scripts" / "train.py"
+    config = cluster.tmp / "scripts" / "config.bin"
+    contents = {str(placed): base64.b64encode(SCRIPT.encode()).decode(),
+                str(config): base64.b64encode(bytes(range(256))).decode()}
+    args = cluster.args(script=str(placed), file_contents=contents)
+    rc, output, would = cluster.run(args, check=True)
+    assert rc == 0, output
+    assert would["stale_files"] == {"here": sorted(contents)}
+    assert not placed.exists()  # check mode writes nothing
+
+    rc, output, result = cluster.run(args)
+    assert rc == 0, output
+    assert result["stale_files"] == {"here": sorted(contents)}
+    assert placed.read_text() == SCRIPT and config.read_bytes() == bytes(range(256))
+    assert SCRIPT not in output and contents[str(placed)] not in output  # no_log: never shown
+
+    config.write_bytes(b"changed by hand")
+    rc, output, result = cluster.run(cluster.args(script=str(placed), file_contents=contents))
+    assert rc == 0, output
+    assert result["stale_files"] == {"here": [str(config)]}
+    rc, output, result = cluster.run(cluster.args(script=str(placed), file_contents=contents))
+    assert rc == 0, output
+    assert result["stale_files"] == {}
 
 
 def test_check_mode_renders_and_writes_nothing(cluster):

@@ -9,9 +9,14 @@ multi-node logs are built here from those real blocks, and say so.
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import re
+import shlex
 import signal
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +30,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
     PlanError,
     render,
 )
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe as node_probe
 from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_launch as tl
 
 CAPTURED = Path(__file__).parent / "captured"
@@ -364,9 +370,9 @@ def test_user_run_ids_follow_the_renderer_rule(run_id):
 
 def test_run_id_from_proc_environ_bytes():
     raw = b"PATH=/bin\0TORCHFLEET_RUN_ID=tf-1\0HOME=/root\0"
-    assert tl.run_id_of(raw) == "tf-1"
-    assert tl.run_id_of(b"PATH=/bin\0XTORCHFLEET_RUN_ID=no\0") is None
-    assert tl.run_id_of(b"") is None  # a zombie's environ
+    assert node_probe.run_id_of(raw) == "tf-1"
+    assert node_probe.run_id_of(b"PATH=/bin\0XTORCHFLEET_RUN_ID=no\0") is None
+    assert node_probe.run_id_of(b"") is None  # a zombie's environ
 
 
 def test_group_runs():
@@ -433,12 +439,37 @@ def test_examples_parse():
     assert len(_doc("EXAMPLES")) == 4
 
 
-def test_stale_files_are_the_missing_and_the_different(tmp_path):
+def test_the_probe_names_missing_and_different_files_and_writes_whole_ones(tmp_path):
     same, changed, binary = tmp_path / "train.py", tmp_path / "data.csv", tmp_path / "weights.bin"
     same.write_text("print('hi')\n")
     changed.write_text("a,b\n")
     binary.write_bytes(bytes(range(256)) * 4096)  # more than one read block, not text
-    expected = {str(same): tl.file_sha1(str(same)), str(changed): "0" * 40,
-                str(binary): tl.file_sha1(str(binary)), str(tmp_path / "gone.py"): "0" * 40}
-    assert tl.stale_files(expected) == sorted([str(changed), str(tmp_path / "gone.py")])
-    assert tl.file_sha1(str(binary)) == hashlib.sha1(binary.read_bytes()).hexdigest()
+    expected = {str(same): node_probe.file_sha1(str(same)), str(changed): "0" * 40,
+                str(binary): node_probe.file_sha1(str(binary)), str(tmp_path / "gone.py"): "0" * 40}
+    assert node_probe.file_sha1(str(binary)) == hashlib.sha1(binary.read_bytes()).hexdigest()
+    answer = node_probe.probe({"expect": expected})
+    assert answer["stale"] == sorted([str(changed), str(tmp_path / "gone.py")])
+    assert answer["written"] == []
+
+    fresh = tmp_path / "new" / "dir" / "gone.py"
+    answer = node_probe.probe({"write": {str(fresh): base64.b64encode(b"x = 1\n").decode()},
+                               "expect": {str(fresh): hashlib.sha1(b"x = 1\n").hexdigest()}})
+    assert answer == {"runs": answer["runs"], "written": [str(fresh)], "stale": []}
+    assert fresh.read_bytes() == b"x = 1\n"
+    assert oct(fresh.stat().st_mode & 0o777) == "0o640"
+    assert oct(fresh.parent.stat().st_mode & 0o777) == "0o750"
+    assert [p.name for p in fresh.parent.iterdir()] == ["gone.py"]  # no partial file left
+
+
+def test_the_probe_runs_alone_as_the_head_sends_it(tmp_path):
+    # The head runs the file's source with `python -c` on the other nodes: it must need nothing
+    # but the standard library, and answer JSON for the JSON request on stdin.
+    argv = shlex.split(tl.probe_command(sys.executable))
+    assert argv[:2] == [sys.executable, "-c"]
+    target = tmp_path / "t.py"
+    done = subprocess.run(argv, input=json.dumps({"expect": {str(target): "0" * 40}}),
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["stale"] == [str(target)]
+    broken = subprocess.run(argv, input="not json", capture_output=True, text=True, timeout=60)
+    assert "error" in json.loads(broken.stdout)

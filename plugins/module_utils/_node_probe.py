@@ -1,0 +1,135 @@
+"""What a launch needs to know of each node, and the files it puts there.
+
+The launch module runs on the head. It calls these functions there, and runs this same file on
+every other node over the cluster's own ssh (`python -c <this file>`, the request as JSON on
+stdin), in parallel, the way mpirun reaches the nodes a moment later. So this file imports only
+the standard library and nothing of Ansible.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shlex
+import sys
+import tempfile
+
+RUN_ID_VAR = "TORCHFLEET_RUN_ID"
+
+
+def file_sha1(path: str) -> str | None:
+    """SHA-1 of a file's content, read in blocks; None when it cannot be read (missing, say)."""
+    digest = hashlib.sha1()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def run_id_of(environ_bytes: bytes) -> str | None:
+    """TORCHFLEET_RUN_ID from the raw bytes of /proc/PID/environ."""
+    prefix = RUN_ID_VAR.encode() + b"="
+    for item in environ_bytes.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("utf-8", "replace")
+    return None
+
+
+def cmdline(pid, limit: int) -> str:
+    argv = read_bytes(f"/proc/{pid}/cmdline").rstrip(b"\0").split(b"\0")
+    text = shlex.join(arg.decode("utf-8", "replace") for arg in argv)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _ancestors() -> set[int]:
+    """This process and its ancestors: never stop the module (or whoever started it)."""
+    pids, pid = set(), os.getpid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            pid = int(read_bytes(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return pids
+
+
+def find_run_processes(run_ids=None) -> list[dict]:
+    """Processes on this node carrying TORCHFLEET_RUN_ID (only those in `run_ids` if given):
+    this user's, or everyone's as root, in this PID namespace. Zombies have an empty environ,
+    so a process that is dead but not yet reaped does not count."""
+    skip = _ancestors()
+    uid = os.geteuid()
+    try:
+        own_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        own_ns = None
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        base = f"/proc/{entry}"
+        try:
+            if uid != 0 and os.stat(base).st_uid != uid:
+                continue
+            # A container's processes are another node's business.
+            if own_ns is not None and os.readlink(f"{base}/ns/pid") != own_ns:
+                continue
+            run_id = run_id_of(read_bytes(f"{base}/environ"))
+            if run_id is None or (run_ids is not None and run_id not in run_ids):
+                continue
+            line = cmdline(entry, 300)
+            pgid = os.getpgid(int(entry))
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        found.append({"pid": int(entry), "run_id": run_id, "cmdline": line, "pgid": pgid})
+    return sorted(found, key=lambda proc: proc["pid"])
+
+
+def write_file(path: str, content: bytes) -> None:
+    """Whole or not at all: a rank never reads half a script. Directories 0750, files 0640, as
+    the training account's own."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o750, exist_ok=True)
+    handle, partial = tempfile.mkstemp(dir=directory, prefix=".torchfleet-")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(content)
+        os.chmod(partial, 0o640)
+        os.replace(partial, path)
+    except BaseException:
+        os.unlink(partial)
+        raise
+
+
+def probe(request: dict) -> dict:
+    """One node's answer: the runs alive on it, and which of the expected files ({path: SHA-1})
+    are missing or differ. With `write` ({path: base64 content}), writes those files first."""
+    written = []
+    for path, content in sorted(request.get("write", {}).items()):
+        write_file(path, base64.b64decode(content))
+        written.append(path)
+    expect = request.get("expect", {})
+    return {"runs": find_run_processes(), "written": written,
+            "stale": sorted(path for path, sha1 in expect.items() if file_sha1(path) != sha1)}
+
+
+def main() -> None:
+    try:
+        answer = probe(json.load(sys.stdin))
+    except (OSError, ValueError) as err:
+        answer = {"error": f"{type(err).__name__}: {err}"}
+    json.dump(answer, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
