@@ -1023,7 +1023,8 @@ def probe_source() -> str:
 
 def probe_command(python: str) -> str:
     # ssh hands the remote side one command line, quoted here; the request travels on stdin.
-    return shlex.join([python, "-c", probe_source()])
+    # -S: the probe needs the standard library alone, not the environment's site-packages.
+    return shlex.join([python, "-S", "-c", probe_source()])
 
 
 def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict) -> dict:

@@ -465,7 +465,7 @@ def test_the_probe_runs_alone_as_the_head_sends_it(tmp_path):
     # The head runs the file's source with `python -c` on the other nodes: it must need nothing
     # but the standard library, and answer JSON for the JSON request on stdin.
     argv = shlex.split(tl.probe_command(sys.executable))
-    assert argv[:2] == [sys.executable, "-c"]
+    assert argv[:3] == [sys.executable, "-S", "-c"]
     target = tmp_path / "t.py"
     done = subprocess.run(argv, input=json.dumps({"expect": {str(target): "0" * 40}}),
                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
