@@ -1112,8 +1112,17 @@ def run_started(module):
         "launcher_log": paths["launcher"], "rank_logs_dir": paths["ranks"],
         "worker_logs_dir": paths["workers"],
     }
-    files = {os.path.expanduser(path): base64.b64decode(content)
-             for path, content in p["file_contents"].items()}
+    files = {}
+    for path, content in p["file_contents"].items():
+        where = os.path.expanduser(path)
+        if not os.path.isabs(where):
+            module.fail_json(msg=f"file_contents: {path} is not an absolute path (or ~/...); the "
+                                 f"nodes would each read it from another directory", run_id=run_id)
+        try:
+            files[where] = base64.b64decode(content, validate=True)
+        except (TypeError, ValueError):
+            module.fail_json(msg=f"file_contents: the content given for {path} is not base64; encode "
+                                 f"it with the torchfleet.cluster.file_b64 filter", run_id=run_id)
     stale = preflight_nodes(module, plan, run_dir, files)
     result["stale_files"] = stale
     if module.check_mode:

@@ -306,6 +306,17 @@ def test_the_script_is_written_where_it_is_missing_or_stale_and_only_there(clust
     assert result["stale_files"] == {}
 
 
+@pytest.mark.parametrize("contents, expected", [
+    ({"relative/train.py": "eA=="}, "file_contents: relative/train.py is not an absolute path"),
+    ({"/tmp/tf-never-written.py": "not base64!"}, "the content given for /tmp/tf-never-written.py is not base64"),
+])
+def test_file_contents_that_cannot_be_placed_are_refused(cluster, contents, expected):
+    rc, output, result = cluster.run(cluster.args(file_contents=contents))
+    assert rc != 0
+    assert expected in result["msg"]
+    assert not Path("/tmp/tf-never-written.py").exists() and not cluster.runs_dir.exists()
+
+
 def test_check_mode_renders_and_writes_nothing(cluster):
     args = cluster.args(env_secrets={"TF_TEST_SECRET": "never-shown-5b1e"}, env_pass=["HOME"])
     rc, output, result = cluster.run(args, check=True)
