@@ -112,15 +112,19 @@ def write_file(path: str, content: bytes) -> None:
 
 
 def probe(request: dict) -> dict:
-    """One node's answer: the runs alive on it, and which of the expected files ({path: SHA-1})
-    are missing or differ. With `write` ({path: base64 content}), writes those files first."""
-    written = []
-    for path, content in sorted(request.get("write", {}).items()):
-        write_file(path, base64.b64decode(content))
-        written.append(path)
-    expect = request.get("expect", {})
-    return {"runs": find_run_processes(), "written": written,
-            "stale": sorted(path for path, sha1 in expect.items() if file_sha1(path) != sha1)}
+    """One node's answer. With `write` ({path: base64 content}), writes those files and names
+    them; with `expect` ({path: SHA-1}), the runs alive on the node and which of those files are
+    missing or differ. An empty request only shows that the node answers."""
+    answer = {}
+    if "write" in request:
+        for path, content in sorted(request["write"].items()):
+            write_file(path, base64.b64decode(content))
+        answer["written"] = sorted(request["write"])
+    if "expect" in request:
+        answer["runs"] = find_run_processes()
+        answer["stale"] = sorted(path for path, sha1 in request["expect"].items()
+                                 if file_sha1(path) != sha1)
+    return answer
 
 
 def main() -> None:

@@ -774,31 +774,15 @@ def holds_address(address: str) -> bool:
 # Nodes that went silent
 # ---------------------------------------------------------------------------------------------
 
-def silent_nodes(nodes, head: str, ssh: str, seconds: int = 10) -> list[dict]:
+def silent_nodes(nodes, head: str, ssh: str, python: str, seconds: int = 10) -> list[dict]:
     """The nodes (other than the head) that do not answer ssh from the head, the way Open MPI
     reached them, within `seconds`: {name, address, error}. A node cut off from the network
     makes no rank fail; the others wait for it in a collective until launch_timeout, and only
     this tells which node it was."""
-    argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, seconds // 2)}"]
-    probes = [(node, subprocess.Popen([*argv, node.address, "true"], stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                      text=True))
-              for node in nodes if node.name != head]
-    deadline = time.monotonic() + seconds
-    silent = []
-    for node, probe in probes:  # in parallel: the slowest bounds the wait, not their sum
-        try:
-            _out, err = probe.communicate(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            probe.kill()
-            probe.wait()
-            probe.stderr.close()  # not read to its end: a child of ssh may still hold it open
-            err = f"no answer within {seconds} s"
-        if probe.returncode != 0:
-            lines = err.strip().splitlines()
-            silent.append({"name": node.name, "address": node.address,
-                           "error": lines[-1] if lines else f"ssh exited {probe.returncode}"})
-    return silent
+    others = [node for node in nodes if node.name != head]
+    answers = probe_nodes(others, head, ssh, python, {node.name: {} for node in others}, seconds)
+    return [{"name": node.name, "address": node.address, "error": answers[node.name]["error"]}
+            for node in others if "error" in answers[node.name]]
 
 
 def timeout_message(run_id, timeout, grace, silent, run_dir) -> str:
@@ -1027,12 +1011,13 @@ def probe_command(python: str) -> str:
     return shlex.join([python, "-S", "-c", probe_source()])
 
 
-def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict) -> dict:
+def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
+                timeout: int = PROBE_TIMEOUT) -> dict:
     """_node_probe's answer to each node's request, {name: answer}: here for the head, over the
     cluster's ssh for the others, as the training account, the way mpirun reaches them. A node
-    that does not answer gets {"error": ...}. In parallel, at most PROBE_FANOUT at once: the
-    slowest node bounds the wait."""
-    remote = probe_command(python)
+    that does not answer within `timeout` seconds gets {"error": ...}. In parallel, at most
+    PROBE_FANOUT at once: the slowest node bounds the wait."""
+    remote = probe_command(python) if any(node.name != head for node in nodes) else None
 
     def ask(node):
         if node.name == head:
@@ -1040,12 +1025,12 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict) -> dict
                 return probe(requests[node.name])
             except OSError as err:
                 return {"error": str(err)}
-        argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={PROBE_TIMEOUT // 2}", node.address, remote]
+        argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, timeout // 2)}", node.address, remote]
         try:
             done = subprocess.run(argv, input=json.dumps(requests[node.name]),
-                                  capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+                                  capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            return {"error": f"no answer within {PROBE_TIMEOUT} s"}
+            return {"error": f"no answer within {timeout} s"}
         try:
             return json.loads(done.stdout)
         except ValueError:
@@ -1057,12 +1042,11 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict) -> dict
         return dict(zip((node.name for node in nodes), pool.map(ask, nodes)))
 
 
-def preflight_nodes(module, plan, run_dir, files: dict) -> dict:
+def preflight_nodes(module, plan, run_dir, expect: dict) -> dict:
     """Everything the start would trip over, on every node, before anything changes: a node ssh
     cannot reach, a run alive anywhere, the head's address, port and run id. Returns the files
-    that are missing or stale on each node, {name: [paths]}."""
+    that are missing or stale on each node ({path: SHA-1} `expect`), {name: [paths]}."""
     head = next(node for node in plan.nodes if node.name == plan.head)
-    expect = {path: hashlib.sha1(content).hexdigest() for path, content in files.items()}
     nodes = plan.nodes if module.params["check_nodes"] else [head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
     answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: {"expect": expect} for node in nodes})
@@ -1086,10 +1070,11 @@ def preflight_nodes(module, plan, run_dir, files: dict) -> dict:
 
 
 def send_files(module, plan, files: dict, stale: dict) -> None:
-    """Put the stale files on the nodes that lack them, whole, in parallel."""
+    """Put the stale files ({path: base64 content} `files`) on the nodes that lack them, whole,
+    in parallel."""
     nodes = [node for node in plan.nodes if node.name in stale]
-    requests = {node.name: {"write": {path: base64.b64encode(files[path]).decode("ascii")
-                                      for path in stale[node.name]}} for node in nodes}
+    requests = {node.name: {"write": {path: files[path] for path in stale[node.name]}}
+                for node in nodes}
     ssh = module.get_bin_path("ssh", required=any(node.name != plan.head for node in nodes))
     answers = probe_nodes(nodes, plan.head, ssh, plan.python, requests)
     failed = [name for name, answer in answers.items() if "error" in answer]
@@ -1112,18 +1097,20 @@ def run_started(module):
         "launcher_log": paths["launcher"], "rank_logs_dir": paths["ranks"],
         "worker_logs_dir": paths["workers"],
     }
-    files = {}
+    # {absolute path: base64 content}: the probes hash the decoded bytes and write the text.
+    files, digests = {}, {}
     for path, content in p["file_contents"].items():
         where = os.path.expanduser(path)
         if not os.path.isabs(where):
             module.fail_json(msg=f"file_contents: {path} is not an absolute path (or ~/...); the "
                                  f"nodes would each read it from another directory", run_id=run_id)
         try:
-            files[where] = base64.b64decode(content, validate=True)
+            digests[where] = hashlib.sha1(base64.b64decode(content, validate=True)).hexdigest()
         except (TypeError, ValueError):
             module.fail_json(msg=f"file_contents: the content given for {path} is not base64; encode "
                                  f"it with the torchfleet.cluster.file_b64 filter", run_id=run_id)
-    stale = preflight_nodes(module, plan, run_dir, files)
+        files[where] = content
+    stale = preflight_nodes(module, plan, run_dir, digests)
     result["stale_files"] = stale
     if module.check_mode:
         module.exit_json(**result)
@@ -1200,7 +1187,7 @@ def run_started(module):
         # PALS nodes need not take ssh: no probe in mpich mode, nor with the head alone.
         probe = plan.mode != "mpich" and len(plan.nodes) > 1
         ssh = module.get_bin_path("ssh") if probe else None
-        silent = silent_nodes(plan.nodes, plan.head, ssh) if ssh else None
+        silent = silent_nodes(plan.nodes, plan.head, ssh, plan.python) if ssh else None
         result["silent_nodes"] = [node["name"] for node in silent or []]
         module.fail_json(msg=timeout_message(run_id, p["launch_timeout"], p["stop_grace"], silent,
                                              run_dir), **result)

@@ -273,11 +273,12 @@ def test_silent_nodes_are_those_ssh_does_not_reach(tmp_path):
                     '  *10.0.0.3*) echo "ssh: connect to host 10.0.0.3 port 22: No route to host" >&2\n'
                     '              exit 255 ;;\n'
                     '  *10.0.0.4*) exec sleep 30 ;;\n'
-                    'esac\n')
+                    'esac\n'
+                    'echo "{}"\n')  # the probe's answer to an empty request
     fake.chmod(0o755)
     nodes = NODES + [Node("w3", "10.0.0.4", 2)]
     started = time.monotonic()
-    silent = tl.silent_nodes(nodes, "head", str(fake), seconds=2)
+    silent = tl.silent_nodes(nodes, "head", str(fake), "python3", seconds=2)
     assert time.monotonic() - started < 10  # bounded by `seconds`, not by the hung probe
     assert silent == [
         {"name": "w2", "address": "10.0.0.3",
@@ -449,7 +450,7 @@ def test_the_probe_names_missing_and_different_files_and_writes_whole_ones(tmp_p
     assert node_probe.file_sha1(str(binary)) == hashlib.sha1(binary.read_bytes()).hexdigest()
     answer = node_probe.probe({"expect": expected})
     assert answer["stale"] == sorted([str(changed), str(tmp_path / "gone.py")])
-    assert answer["written"] == []
+    assert "written" not in answer  # a check writes nothing
 
     fresh = tmp_path / "new" / "dir" / "gone.py"
     answer = node_probe.probe({"write": {str(fresh): base64.b64encode(b"x = 1\n").decode()},
@@ -471,5 +472,7 @@ def test_the_probe_runs_alone_as_the_head_sends_it(tmp_path):
                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["stale"] == [str(target)]
+    alive = subprocess.run(argv, input="{}", capture_output=True, text=True, timeout=60)
+    assert json.loads(alive.stdout) == {}  # the silent-node check: an answer, nothing scanned
     broken = subprocess.run(argv, input="not json", capture_output=True, text=True, timeout=60)
     assert "error" in json.loads(broken.stdout)
