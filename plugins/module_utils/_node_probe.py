@@ -13,8 +13,10 @@ import hashlib
 import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
+import time
 
 RUN_ID_VAR = "TORCHFLEET_RUN_ID"
 
@@ -95,6 +97,41 @@ def find_run_processes(run_ids=None) -> list[dict]:
     return sorted(found, key=lambda proc: proc["pid"])
 
 
+def _signal(procs, signum) -> None:
+    """Signal the process groups of `procs`; a process in our own group (or an odd one) alone."""
+    own = os.getpgrp()
+    groups = {proc["pgid"] for proc in procs if proc["pgid"] > 1 and proc["pgid"] != own}
+    targets = [(os.killpg, pgid) for pgid in sorted(groups)]
+    targets += [(os.kill, proc["pid"]) for proc in procs if proc["pgid"] not in groups]
+    for send, target in targets:
+        try:
+            send(target, signum)
+        except OSError:
+            pass  # already gone
+
+
+def _wait_gone(run_ids, seconds: float) -> list[dict]:
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = find_run_processes(run_ids)
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def stop_processes(procs, grace: float) -> list[dict]:
+    """TERM the runs' process groups, give them `grace` seconds, KILL what is left; return what
+    survived even that. Each round rescans by run id: Open MPI and torchrun put every rank and
+    worker in a process group of its own, so groups alone do not reach all of a run."""
+    run_ids = {proc["run_id"] for proc in procs}
+    _signal(procs, signal.SIGTERM)
+    alive = _wait_gone(run_ids, grace)
+    if alive:
+        _signal(alive, signal.SIGKILL)
+        alive = _wait_gone(run_ids, 10)  # SIGKILL is not refused, but teardown takes a moment
+    return alive
+
+
 def write_file(path: str, content: bytes) -> None:
     """Whole or not at all: a rank never reads half a script. Directories 0750, files 0640, as
     the training account's own."""
@@ -114,7 +151,8 @@ def write_file(path: str, content: bytes) -> None:
 def probe(request: dict) -> dict:
     """One node's answer. With `write` ({path: base64 content}), writes those files and names
     them; with `expect` ({path: SHA-1}), the runs alive on the node and which of those files are
-    missing or differ. An empty request only shows that the node answers."""
+    missing or differ; with `stop` ({run_id, grace}), ends what is left of that run here and
+    names what was stopped and what survived. An empty request only shows that the node answers."""
     answer = {}
     if "write" in request:
         for path, content in sorted(request["write"].items()):
@@ -124,6 +162,10 @@ def probe(request: dict) -> dict:
         answer["runs"] = find_run_processes()
         answer["stale"] = sorted(path for path, sha1 in request["expect"].items()
                                  if file_sha1(path) != sha1)
+    if "stop" in request:
+        procs = find_run_processes({request["stop"]["run_id"]})
+        answer["stopped"] = procs
+        answer["survivors"] = stop_processes(procs, request["stop"]["grace"]) if procs else []
     return answer
 
 

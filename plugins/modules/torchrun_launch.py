@@ -182,8 +182,10 @@ options:
       - Before the start, check every other node from the head over C(ssh) as the running
         account, the way C(mpirun) reaches them, in parallel. A node that does not answer and
         an earlier run still alive there refuse the launch; missing or different
-        O(file_contents) are sent. V(false) checks the head alone (Cray PALS nodes, which
-        C(mpiexec) reaches without C(ssh)).
+        O(file_contents) are sent. After a run that failed, what is left of it on every node
+        is ended the same way. V(false) checks the head alone (Cray PALS nodes, which
+        C(mpiexec) reaches without C(ssh)); the clean-up on the other nodes is then the
+        caller's (O(state=stopped) on each).
     type: bool
     default: true
 extends_documentation_fragment:
@@ -355,13 +357,20 @@ rank0_tail:
   elements: str
 silent_nodes:
   description:
-    - When the run outlived O(launch_timeout), the nodes that did not answer C(ssh) from the head
-      then (cut off from the network, or down); empty when every node answered, and when nothing
-      was probed (mpich mode, or the head alone).
-  returned: state=started, when the run timed out
+    - After a run that failed, timed out or was interrupted, the nodes that did not answer C(ssh)
+      from the head when the module came to end what was left of the run there (cut off from
+      the network, or down); empty when every node answered.
+  returned: state=started, when the run failed and O(check_nodes) is true with more than one node
   type: list
   elements: str
   sample: [gpu02]
+stopped_on_nodes:
+  description:
+    - After a run that failed, timed out or was interrupted, the processes of the run that were
+      still alive on the other nodes and were ended (TERM, O(stop_grace), KILL), by node.
+  returned: state=started, when the run failed and O(check_nodes) is true with more than one node
+  type: dict
+  sample: {gpu02: [4121, 4133]}
 failed_rank:
   description:
     - Global rank of the first worker that failed, as reported by torchrun or Open MPI; null when
@@ -485,6 +494,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._node_probe imp
     find_run_processes,
     probe,
     read_bytes,
+    stop_processes,
 )
 
 STOP_HINT = "ansible-playbook launch.yml -e action=stop (or: torchfleet stop)"
@@ -672,41 +682,6 @@ def group_runs(procs) -> list[dict]:
     return [{"run_id": run_id, "pids": pids} for run_id, pids in sorted(runs.items())]
 
 
-def _signal(procs, signum) -> None:
-    """Signal the process groups of `procs`; a process in our own group (or an odd one) alone."""
-    own = os.getpgrp()
-    groups = {proc["pgid"] for proc in procs if proc["pgid"] > 1 and proc["pgid"] != own}
-    targets = [(os.killpg, pgid) for pgid in sorted(groups)]
-    targets += [(os.kill, proc["pid"]) for proc in procs if proc["pgid"] not in groups]
-    for send, target in targets:
-        try:
-            send(target, signum)
-        except OSError:
-            pass  # already gone
-
-
-def _wait_gone(run_ids, seconds: float) -> list[dict]:
-    deadline = time.monotonic() + seconds
-    while True:
-        alive = find_run_processes(run_ids)
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.2)
-
-
-def stop_processes(procs, grace: float) -> list[dict]:
-    """TERM the runs' process groups, give them `grace` seconds, KILL what is left; return what
-    survived even that. Each round rescans by run id: Open MPI and torchrun put every rank and
-    worker in a process group of its own, so groups alone do not reach all of a run."""
-    run_ids = {proc["run_id"] for proc in procs}
-    _signal(procs, signal.SIGTERM)
-    alive = _wait_gone(run_ids, grace)
-    if alive:
-        _signal(alive, signal.SIGKILL)
-        alive = _wait_gone(run_ids, 10)  # SIGKILL is not refused, but teardown takes a moment
-    return alive
-
-
 # ---------------------------------------------------------------------------------------------
 # The rendezvous port and the head's address
 # ---------------------------------------------------------------------------------------------
@@ -771,18 +746,46 @@ def holds_address(address: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Nodes that went silent
+# After a run that failed: what is left of it on the other nodes
 # ---------------------------------------------------------------------------------------------
 
-def silent_nodes(nodes, head: str, ssh: str, python: str, seconds: int = 10) -> list[dict]:
-    """The nodes (other than the head) that do not answer ssh from the head, the way Open MPI
-    reached them, within `seconds`: {name, address, error}. A node cut off from the network
-    makes no rank fail; the others wait for it in a collective until launch_timeout, and only
-    this tells which node it was."""
+def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace: int,
+                     timeout: int | None = None) -> dict:
+    """End what is left of `run_id` on every node but the head (which the module swept itself),
+    over the cluster's ssh, as `action=stop` would: TERM, `grace` seconds, KILL. Returns
+    {"stopped": {name: [pids]}, "survivors": {name: [pids]}, "silent": [{name, address, error}]}.
+    A node that does not answer within 5 s of connecting is silent: a node cut off from the
+    network makes no rank fail, the others wait for it in a collective until launch_timeout, and
+    only this tells which node it was."""
     others = [node for node in nodes if node.name != head]
-    answers = probe_nodes(others, head, ssh, python, {node.name: {} for node in others}, seconds)
-    return [{"name": node.name, "address": node.address, "error": answers[node.name]["error"]}
-            for node in others if "error" in answers[node.name]]
+    stop = {"stop": {"run_id": run_id, "grace": grace}}
+    # A node's stop takes at most grace + 10 s (the wait after KILL), and a moment to scan.
+    answers = probe_nodes(others, head, ssh, python, {node.name: stop for node in others},
+                          timeout=timeout or grace + 20, connect_timeout=5)
+    ended = {"stopped": {}, "survivors": {}, "silent": []}
+    for node in others:
+        answer = answers[node.name]
+        if "error" in answer:
+            ended["silent"].append({"name": node.name, "address": node.address, "error": answer["error"]})
+            continue
+        for key in ("stopped", "survivors"):
+            if answer[key]:
+                ended[key][node.name] = [proc["pid"] for proc in answer[key]]
+    return ended
+
+
+def cleanup_message(ended, name_silent: bool = True) -> str:
+    """What the clean-up on the other nodes could not do, for the end of a failure message (a
+    timeout's message names the silent nodes itself)."""
+    said = ""
+    if ended["survivors"]:
+        said += "; processes survived SIGKILL on " + "; ".join(
+            f"{name}: {', '.join(map(str, pids))}" for name, pids in ended["survivors"].items())
+        said += " (uninterruptible I/O?): check them"
+    if ended["silent"] and name_silent:
+        said += ("; could not reach " + ", ".join(node["name"] for node in ended["silent"])
+                 + f" to end what is left of the run there: once it is back, end it with {STOP_HINT}")
+    return said
 
 
 def timeout_message(run_id, timeout, grace, silent, run_dir) -> str:
@@ -1012,11 +1015,13 @@ def probe_command(python: str) -> str:
 
 
 def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
-                timeout: int = PROBE_TIMEOUT) -> dict:
+                timeout: int = PROBE_TIMEOUT, connect_timeout: int | None = None) -> dict:
     """_node_probe's answer to each node's request, {name: answer}: here for the head, over the
     cluster's ssh for the others, as the training account, the way mpirun reaches them. A node
-    that does not answer within `timeout` seconds gets {"error": ...}. In parallel, at most
-    PROBE_FANOUT at once: the slowest node bounds the wait."""
+    that does not answer within `timeout` seconds (or connect within `connect_timeout`, half of
+    it by default) gets {"error": ...}. In parallel, at most PROBE_FANOUT at once: the slowest
+    node bounds the wait."""
+    connect_timeout = connect_timeout or max(1, timeout // 2)
     remote = probe_command(python) if any(node.name != head for node in nodes) else None
 
     def ask(node):
@@ -1025,7 +1030,7 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
                 return probe(requests[node.name])
             except OSError as err:
                 return {"error": str(err)}
-        argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, timeout // 2)}", node.address, remote]
+        argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}", node.address, remote]
         try:
             done = subprocess.run(argv, input=json.dumps(requests[node.name]),
                                   capture_output=True, text=True, timeout=timeout)
@@ -1177,30 +1182,36 @@ def run_started(module):
     rc = exit_status(proc.returncode)
     result.update(rc=rc, duration=round(time.monotonic() - started, 3), timed_out=timed_out,
                   stdout_tail=read_tail(paths["launcher"]), rank0_tail=rank0_tail(plan.mode, paths))
+    # After a run that failed or was stopped, nothing of it may stay on any node. Open MPI ends
+    # the ranks it started, but torchrun's workers, in process groups of their own, can outlive
+    # a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false): Ansible does it.
+    ended = None
+    if (rc != 0 or timed_out or reason) and p["check_nodes"] and len(plan.nodes) > 1:
+        ended = end_run_on_nodes(plan.nodes, plan.head, module.get_bin_path("ssh", required=True),
+                                 plan.python, run_id, p["stop_grace"])
+        result.update(stopped_on_nodes=ended["stopped"],
+                      silent_nodes=[node["name"] for node in ended["silent"]])
+    left = cleanup_message(ended, name_silent=not timed_out) if ended else ""
     if survivors:
         pids = [proc_["pid"] for proc_ in survivors]
         module.fail_json(msg=f"run {run_id}: processes {', '.join(map(str, pids))} survived "
-                             f"SIGKILL on the head; check them (uninterruptible I/O?)",
+                             f"SIGKILL on the head; check them (uninterruptible I/O?){left}",
                          survivors=pids, **result)
     if timed_out:
         # Which nodes still answer tells a node gone silent from a run that hung by itself.
-        # PALS nodes need not take ssh: no probe in mpich mode, nor with the head alone.
-        probe = plan.mode != "mpich" and len(plan.nodes) > 1
-        ssh = module.get_bin_path("ssh") if probe else None
-        silent = silent_nodes(plan.nodes, plan.head, ssh, plan.python) if ssh else None
-        result["silent_nodes"] = [node["name"] for node in silent or []]
+        silent = ended["silent"] if ended else None
         module.fail_json(msg=timeout_message(run_id, p["launch_timeout"], p["stop_grace"], silent,
-                                             run_dir), **result)
+                                             run_dir) + left, **result)
     if reason:
         module.fail_json(msg=f"the module was interrupted by {reason}; run {run_id} was stopped; "
-                             f"logs under {run_dir}", **result)
+                             f"logs under {run_dir}{left}", **result)
     if rc != 0:
         by_name = {node.name: node for node in plan.nodes}
         order = [by_name[name] for name in rendered.nodes]
         nproc = plan.nproc_per_node or order[0].slots
         failure = describe_failure(read_end(paths["launcher"]), order, plan.mode, paths, nproc)
         result.update(failure)
-        module.fail_json(msg=failure_message(run_id, rc, failure, paths), **result)
+        module.fail_json(msg=failure_message(run_id, rc, failure, paths) + left, **result)
     module.exit_json(**result)
 
 

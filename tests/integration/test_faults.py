@@ -251,8 +251,8 @@ def test_a_node_cut_off_mid_run_is_named_when_the_timeout_ends_the_launch(cluste
     try:
         assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
         cut = time.monotonic()
-        # The module stops the run at the timeout (TERM, 10 s of grace, KILL), asks every node,
-        # then every node is asked to clean up: a minute is ample for all that.
+        # The module stops the run at the timeout (TERM, 10 s of grace, KILL), then asks every
+        # node over ssh to end what is left there: a minute is ample for all that.
         rc, output, seconds = launch.wait(LAUNCH_TIMEOUT + 60)
         print(f"cut off {cut - launch.started:.1f} s into the launch; it ended after {seconds:.1f} s, rc {rc}")
         flat = " ".join(output.split())
@@ -263,7 +263,7 @@ def test_a_node_cut_off_mid_run_is_named_when_the_timeout_ends_the_launch(cluste
         print(f"the launch said: {result['msg']}")
         assert f"outlived launch_timeout={LAUNCH_TIMEOUT}s and was stopped" in flat
         assert f"these nodes went silent, they do not answer ssh from the head: {NODES[2]} ({address})" in flat
-        assert re.search(rf"fatal: \[{NODES[2]}\]: UNREACHABLE!", output)  # the clean-up cannot reach it
+        assert "UNREACHABLE" not in output  # the module ends the run; Ansible reached only the head
         for node in NODES[:2]:
             assert left_on(node) == [], node
         print(f"left on {NODES[2]} while cut off: {left_on(NODES[2])}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import shlex
 import signal
@@ -263,27 +264,38 @@ def test_a_lost_node_outside_the_plan_keeps_the_name_open_mpi_printed():
     assert tl.node_named("tf-tffault-node1", LOCAL_NODES) == "tf-tffault-node1"
 
 
-def test_silent_nodes_are_those_ssh_does_not_reach(tmp_path):
-    # A stand-in for ssh: w2 is cut off (the message ssh printed for a node disconnected from the
-    # local cluster's network), w3 never answers; the head itself is not probed.
+def test_the_clean_up_after_a_failed_run_names_what_it_ended_and_the_silent_nodes(tmp_path):
+    # A stand-in for ssh: w1 had two processes of the run left, w2 is cut off (the message ssh
+    # printed for a node disconnected from the local cluster's network), w3 never answers; the
+    # head swept itself and is not asked.
     fake = tmp_path / "ssh"
+    request = tmp_path / "request"
     fake.write_text('#!/bin/sh\n'
+                    f'cat > {request}\n'
                     'case "$*" in\n'
                     '  *10.0.0.1*) exit 99 ;;\n'
+                    '  *10.0.0.2*) echo \'{"stopped": [{"pid": 41}, {"pid": 42}], "survivors": []}\' ;;\n'
                     '  *10.0.0.3*) echo "ssh: connect to host 10.0.0.3 port 22: No route to host" >&2\n'
                     '              exit 255 ;;\n'
                     '  *10.0.0.4*) exec sleep 30 ;;\n'
-                    'esac\n'
-                    'echo "{}"\n')  # the probe's answer to an empty request
+                    'esac\n')
     fake.chmod(0o755)
     nodes = NODES + [Node("w3", "10.0.0.4", 2)]
     started = time.monotonic()
-    silent = tl.silent_nodes(nodes, "head", str(fake), "python3", seconds=2)
-    assert time.monotonic() - started < 10  # bounded by `seconds`, not by the hung probe
-    assert silent == [
-        {"name": "w2", "address": "10.0.0.3",
-         "error": "ssh: connect to host 10.0.0.3 port 22: No route to host"},
-        {"name": "w3", "address": "10.0.0.4", "error": "no answer within 2 s"}]
+    ended = tl.end_run_on_nodes(nodes, "head", str(fake), "python3", "r1", grace=3, timeout=2)
+    assert time.monotonic() - started < 10  # bounded by `timeout`, not by the hung node
+    assert json.loads(request.read_text()) == {"stop": {"run_id": "r1", "grace": 3}}
+    assert ended == {
+        "stopped": {"w1": [41, 42]}, "survivors": {},
+        "silent": [{"name": "w2", "address": "10.0.0.3",
+                    "error": "ssh: connect to host 10.0.0.3 port 22: No route to host"},
+                   {"name": "w3", "address": "10.0.0.4", "error": "no answer within 2 s"}]}
+    said = tl.cleanup_message(ended)
+    assert said.startswith("; could not reach w2, w3 to end what is left of the run there")
+    assert "launch.yml -e action=stop" in said
+    assert tl.cleanup_message(ended, name_silent=False) == ""  # a timeout's message names them
+    assert "survived SIGKILL on w1: 41" in tl.cleanup_message(
+        {"stopped": {}, "survivors": {"w1": [41]}, "silent": []})
 
 
 def test_timeout_message_names_the_silent_nodes():
@@ -432,7 +444,7 @@ def test_every_result_key_is_documented():
                 "per_node_env", "duration", "log_dir", "launcher_log", "rank_logs_dir",
                 "worker_logs_dir", "nodes", "world_size", "timed_out", "stdout_tail",
                 "failed_rank", "failed_host", "failed_exit_code", "failed_log", "failed_log_tail",
-                "runs", "stopped", "port_holders", "survivors"):
+                "runs", "stopped", "port_holders", "survivors", "silent_nodes", "stopped_on_nodes"):
         assert key in documented, key
 
 
@@ -460,6 +472,31 @@ def test_the_probe_names_missing_and_different_files_and_writes_whole_ones(tmp_p
     assert oct(fresh.stat().st_mode & 0o777) == "0o640"
     assert oct(fresh.parent.stat().st_mode & 0o777) == "0o750"
     assert [p.name for p in fresh.parent.iterdir()] == ["gone.py"]  # no partial file left
+
+
+def test_the_probes_stop_ends_that_run_alone_and_names_what_it_ended():
+    # What the head asks of every other node after a failed run: TERM, grace, KILL for that run.
+    def start(run_id, *argv):
+        env = dict(os.environ, **{node_probe.RUN_ID_VAR: run_id})
+        return subprocess.Popen(argv, env=env, start_new_session=True)
+    failed = start("tf-unit-failed", "sleep", "60")
+    stubborn = start("tf-unit-failed", sys.executable, "-c",
+                     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)")
+    other = start("tf-unit-other", "sleep", "60")
+    try:
+        time.sleep(0.5)  # the stubborn one has set its handler
+        answer = node_probe.probe({"stop": {"run_id": "tf-unit-failed", "grace": 1}})
+        assert sorted(proc["pid"] for proc in answer["stopped"]) == sorted([failed.pid, stubborn.pid])
+        assert answer["survivors"] == []
+        assert failed.wait(timeout=10) == -signal.SIGTERM
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL  # after the grace
+        assert other.poll() is None  # another run is not this stop's business
+        assert node_probe.probe({"stop": {"run_id": "tf-unit-failed", "grace": 1}}) == {
+            "stopped": [], "survivors": []}
+    finally:
+        for proc in (failed, stubborn, other):
+            proc.kill()
+            proc.wait()
 
 
 def test_the_probe_runs_alone_as_the_head_sends_it(tmp_path):
