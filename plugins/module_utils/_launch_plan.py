@@ -62,6 +62,11 @@ cluster's private SSH key, so only the head may start the remote daemons (Open M
 would have each daemon ssh on to further nodes). ``tree_spawn=True`` lifts this for clusters where
 every node holds the key.
 
+``ssh_control_path`` (Open MPI, without tree spawn): ``--mca plm_rsh_args "-o ControlPath=P"``,
+so mpirun's ssh to each node rides the connection the caller already opened there (an OpenSSH
+master at P, ``%C`` and all) instead of a new handshake; with no master there, ssh connects as
+usual.
+
 Node logs: with ``node_log_dir`` (torchrun and mpich modes) every node's torchrun gets
 ``--log-dir=DIR --redirects=3 --tee=3``: each node keeps its workers' stdout/stderr under
 ``DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/``, and the output still reaches the launcher.
@@ -168,6 +173,7 @@ class Plan:
     env_set: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     mpirun_extra_args: tuple[str, ...] = ()
     allow_run_as_root: bool = False  # Open MPI refuses root without it
+    ssh_control_path: str | None = None  # Open MPI: ssh masters the caller opened to the nodes
 
 
 @dataclass(frozen=True)
@@ -401,7 +407,8 @@ def _check_extra_args(plan: Plan) -> None:
         if option in _OWNED_OPTIONS:
             raise PlanError(f"mpirun_extra_args: {arg!r} overrides an option torchfleet controls; "
                             f"remove it (torchfleet sets it from the plan)")
-        if option in _MCA_OPTIONS and i + 1 < len(args) and args[i + 1] in _OWNED_MCA:
+        owned = _OWNED_MCA | ({"plm_rsh_args"} if plan.ssh_control_path else set())
+        if option in _MCA_OPTIONS and i + 1 < len(args) and args[i + 1] in owned:
             raise PlanError(f"mpirun_extra_args: '{arg} {args[i + 1]}' overrides an MCA parameter "
                             f"torchfleet sets; remove it (interfaces come from network/nodes)")
 
@@ -443,6 +450,14 @@ def validate(plan: Plan) -> None:
         raise PlanError("allow_run_as_root is an Open MPI option; leave it unset in mpich mode")
     if plan.tree_spawn and plan.mode == "mpich":
         raise PlanError("tree_spawn is an Open MPI option; leave it unset in mpich mode")
+    if plan.ssh_control_path is not None:
+        _check_text(plan.ssh_control_path, "ssh_control_path", "give an OpenSSH ControlPath")
+        if plan.mode == "mpich" or plan.tree_spawn:
+            raise PlanError("ssh_control_path serves the head's own ssh to every node, which "
+                            "mpich mode and tree_spawn do not use; leave it unset")
+        if any(char.isspace() for char in plan.ssh_control_path):
+            raise PlanError(f"ssh_control_path {plan.ssh_control_path!r} has white space, which "
+                            f"Open MPI would split plm_rsh_args at; give a path without it")
     _check_env(plan)
     _check_extra_args(plan)
 
@@ -573,6 +588,8 @@ def render(plan: Plan) -> Rendered:
                  "--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
         if not plan.tree_spawn:
             argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
+        if plan.ssh_control_path:
+            argv += ["--mca", "plm_rsh_args", f"-o ControlPath={plan.ssh_control_path}"]
         # A CIDR covers every node whatever its NIC is called; written normalized (host bits 0).
         if plan.network:
             if_include = str(ipaddress.ip_network(plan.network, strict=False))

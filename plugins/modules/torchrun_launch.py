@@ -183,7 +183,11 @@ options:
         account, the way C(mpirun) reaches them, in parallel. A node that does not answer and
         an earlier run still alive there refuse the launch; missing or different
         O(file_contents) are sent. After a run that failed, what is left of it on every node
-        is ended the same way. V(false) checks the head alone (Cray PALS nodes, which
+        is ended the same way. The check's connections stay open (OpenSSH masters in a
+        C(/tmp/tf-ssh-*) directory of the running account, closed when the module ends) and
+        C(mpirun) starts its daemons through them instead of a new handshake per node, unless
+        O(tree_spawn) is set or O(mpirun_extra_args) or the environment set Open MPI's own
+        C(plm_rsh_*) options. V(false) checks the head alone (Cray PALS nodes, which
         C(mpiexec) reaches without C(ssh)); the clean-up on the other nodes is then the
         caller's (O(state=stopped) on each).
     type: bool
@@ -471,9 +475,11 @@ import re
 import secrets
 import select
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
@@ -503,6 +509,8 @@ TAIL_LINES = 20
 # (each ssh holds three pipes; 64 stays far from a 1024 file limit).
 PROBE_TIMEOUT = 20
 PROBE_FANOUT = 64
+# Seconds an ssh master outlives its last session: it ends by itself if the module is killed.
+MASTER_PERSIST = 60
 # Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.
 AUTO_PASS = ("PATH", "LD_LIBRARY_PATH")
 # What the launcher keeps of the module's environment. Ranks on the head inherit the launcher's
@@ -945,7 +953,7 @@ def _stop_launch(proc, run_id, grace) -> list[dict]:
     return stop_processes(leftovers, grace) if leftovers else []
 
 
-def build(module, run_id, run_dir):
+def build(module, run_id, run_dir, control_dir=None):
     p = module.params
     env_set = {name: _env_value(value) for name, value in p["env_set"].items()}
     secret_values = {name: _env_value(value) for name, value in p["env_secrets"].items()}
@@ -967,6 +975,7 @@ def build(module, run_id, run_dir):
         network=p["network"], env_pass=tuple(env_pass), env_secrets=tuple(secret_values),
         env_set=env_set, mpirun_extra_args=tuple(p["mpirun_extra_args"]),
         allow_run_as_root=p["allow_run_as_root"], tree_spawn=p["tree_spawn"],
+        ssh_control_path=f"{control_dir}/%C" if control_dir else None,
     )
     try:
         rendered = render(plan)
@@ -1015,13 +1024,17 @@ def probe_command(python: str) -> str:
 
 
 def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
-                timeout: int = PROBE_TIMEOUT, connect_timeout: int | None = None) -> dict:
+                timeout: int = PROBE_TIMEOUT, connect_timeout: int | None = None,
+                control_dir: str | None = None) -> dict:
     """_node_probe's answer to each node's request, {name: answer}: here for the head, over the
     cluster's ssh for the others, as the training account, the way mpirun reaches them. A node
     that does not answer within `timeout` seconds (or connect within `connect_timeout`, half of
     it by default) gets {"error": ...}. In parallel, at most PROBE_FANOUT at once: the slowest
-    node bounds the wait."""
+    node bounds the wait. With `control_dir`, each connection stays open as an OpenSSH master
+    there (see ssh_masters), for the next probe and for mpirun."""
     connect_timeout = connect_timeout or max(1, timeout // 2)
+    sharing = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%C",
+               "-o", f"ControlPersist={MASTER_PERSIST}"] if control_dir else []
     remote = probe_command(python) if any(node.name != head for node in nodes) else None
 
     def ask(node):
@@ -1030,7 +1043,8 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
                 return probe(requests[node.name])
             except OSError as err:
                 return {"error": str(err)}
-        argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}", node.address, remote]
+        argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}", *sharing,
+                node.address, remote]
         try:
             done = subprocess.run(argv, input=json.dumps(requests[node.name]),
                                   capture_output=True, text=True, timeout=timeout)
@@ -1047,14 +1061,15 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
         return dict(zip((node.name for node in nodes), pool.map(ask, nodes)))
 
 
-def preflight_nodes(module, plan, run_dir, expect: dict) -> dict:
+def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> dict:
     """Everything the start would trip over, on every node, before anything changes: a node ssh
     cannot reach, a run alive anywhere, the head's address, port and run id. Returns the files
     that are missing or stale on each node ({path: SHA-1} `expect`), {name: [paths]}."""
     head = next(node for node in plan.nodes if node.name == plan.head)
     nodes = plan.nodes if module.params["check_nodes"] else [head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
-    answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: {"expect": expect} for node in nodes})
+    answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: {"expect": expect} for node in nodes},
+                          control_dir=control_dir)
     order = [node.name for node in nodes]
     lost = [name for name in order if "error" in answers[name]]
     if lost:
@@ -1074,14 +1089,14 @@ def preflight_nodes(module, plan, run_dir, expect: dict) -> dict:
     return {name: answers[name]["stale"] for name in order if answers[name]["stale"]}
 
 
-def send_files(module, plan, files: dict, stale: dict) -> None:
+def send_files(module, plan, files: dict, stale: dict, control_dir=None) -> None:
     """Put the stale files ({path: base64 content} `files`) on the nodes that lack them, whole,
     in parallel."""
     nodes = [node for node in plan.nodes if node.name in stale]
     requests = {node.name: {"write": {path: files[path] for path in stale[node.name]}}
                 for node in nodes}
     ssh = module.get_bin_path("ssh", required=any(node.name != plan.head for node in nodes))
-    answers = probe_nodes(nodes, plan.head, ssh, plan.python, requests)
+    answers = probe_nodes(nodes, plan.head, ssh, plan.python, requests, control_dir=control_dir)
     failed = [name for name, answer in answers.items() if "error" in answer]
     if failed:
         module.fail_json(msg="could not put the script's files on " + "; ".join(
@@ -1089,11 +1104,55 @@ def send_files(module, plan, files: dict, stale: dict) -> None:
             stale_files=stale, run_id=plan.run_id)
 
 
+def ssh_masters(module):
+    """A directory for the OpenSSH masters the probe leaves open to each node, which mpirun's ssh
+    then rides instead of a handshake of its own per node (plm_rsh_args, see _launch_plan); None
+    where mpirun does not ssh from the head to every node itself (mpich mode, tree spawn, the
+    head alone), in check mode, or when the user set Open MPI's rsh options, which ours would
+    override. Short, in /tmp: a socket path has at most 107 bytes."""
+    p = module.params
+    if (module.check_mode or not p["check_nodes"] or p["tree_spawn"] or p["mode"] == "mpich"
+            or len(p["nodes"]) < 2):
+        return None
+    if any("plm_rsh" in arg for arg in p["mpirun_extra_args"]) or any(
+            name in os.environ for name in ("OMPI_MCA_plm_rsh_args", "OMPI_MCA_plm_rsh_agent")):
+        return None
+    try:
+        return tempfile.mkdtemp(prefix="tf-ssh-", dir="/tmp")
+    except OSError:
+        return None
+
+
+def close_ssh_masters(ssh: str, control_dir: str, nodes) -> None:
+    """End the masters in `control_dir` (a run's sessions are over by now) and remove it."""
+    if os.listdir(control_dir):
+        def close(address):
+            try:
+                subprocess.run([ssh, "-o", f"ControlPath={control_dir}/%C", "-O", "exit", address],
+                               capture_output=True, timeout=10)
+            except subprocess.TimeoutExpired:
+                pass  # it ends by itself MASTER_PERSIST seconds after its last session
+        with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(nodes))) as pool:
+            list(pool.map(close, [node["address"] for node in nodes]))
+    shutil.rmtree(control_dir, ignore_errors=True)
+
+
 def run_started(module):
+    control_dir = ssh_masters(module)
+    try:
+        start_run(module, control_dir)
+    finally:
+        # fail_json and exit_json end the module through SystemExit: this runs after them too.
+        if control_dir:
+            others = [node for node in module.params["nodes"] if node["name"] != module.params["head"]]
+            close_ssh_masters(module.get_bin_path("ssh", required=True), control_dir, others)
+
+
+def start_run(module, control_dir):
     p = module.params
     run_id = p["run_id"] or new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
     run_dir = os.path.join(p["log_dir"], run_id)
-    plan, rendered, secret_values, paths = build(module, run_id, run_dir)
+    plan, rendered, secret_values, paths = build(module, run_id, run_dir, control_dir)
     result = {
         "changed": False, "run_id": run_id, "argv": rendered.argv, "command": rendered.command,
         "hostfile": rendered.hostfile, "hostfile_path": plan.hostfile_path,
@@ -1115,12 +1174,12 @@ def run_started(module):
             module.fail_json(msg=f"file_contents: the content given for {path} is not base64; encode "
                                  f"it with the torchfleet.cluster.file_b64 filter", run_id=run_id)
         files[where] = content
-    stale = preflight_nodes(module, plan, run_dir, digests)
+    stale = preflight_nodes(module, plan, run_dir, digests, control_dir)
     result["stale_files"] = stale
     if module.check_mode:
         module.exit_json(**result)
     if stale:
-        send_files(module, plan, files, stale)
+        send_files(module, plan, files, stale, control_dir)
         result["changed"] = True
 
     env = launcher_env(os.environ, set(rendered.inherit), rendered.env, secret_values)

@@ -43,7 +43,23 @@ def long_run(cluster):
         process.wait(timeout=120)
 
 
+def ssh_masters(node):
+    """The OpenSSH masters the launch holds open on a node (they retitle themselves '... [mux]'),
+    and the directories of their sockets."""
+    masters = run(["docker", "exec", node, "pgrep", "-u", "torchfleet", "-f", r"^ssh: /tmp/tf-ssh-.*\[mux\]"],
+                  timeout=60).stdout.split()
+    dirs = run(["docker", "exec", node, "sh", "-c", "ls -d /tmp/tf-ssh-* 2>/dev/null"], timeout=60).stdout.split()
+    return masters, dirs
+
+
 def test_a_second_launch_is_refused_while_a_run_is_alive_and_stop_ends_it(cluster, long_run):
+    # The head's check left a master open to each other node, and mpirun was told to start its
+    # daemons through them (ssh uses a master whose socket is there).
+    masters, dirs = ssh_masters(NODES[0])
+    assert len(masters) == len(NODES) - 1 and len(dirs) == 1, (masters, dirs)
+    mpirun = run(["docker", "exec", NODES[0], "pgrep", "-u", "torchfleet", "-af", "^/usr/bin/mpirun"], timeout=60).stdout
+    assert f"--mca plm_rsh_args -o ControlPath={dirs[0]}/%C" in mpirun, mpirun
+
     rc, output = cluster.launch("-e", "script=examples/train.py", "-e", LONG_RUN)
     flat = " ".join(output.split())
     assert rc != 0
@@ -62,6 +78,7 @@ def test_a_second_launch_is_refused_while_a_run_is_alive_and_stop_ends_it(cluste
     assert long_run.returncode != 0
     for node in NODES:
         assert training_pids(node) == [], node
+    assert ssh_masters(NODES[0]) == ([], [])  # the launch closed them as it ended
 
 
 def test_a_taken_port_is_reported_before_launch(cluster):

@@ -244,6 +244,20 @@ def test_open_mpi_starts_every_daemon_from_the_head_unless_told(mode):
     assert "plm_rsh_no_tree_spawn" not in render(make_plan(mode=mode, tree_spawn=True)).argv
 
 
+@pytest.mark.parametrize("mode", ["torchrun", "rank"])
+def test_mpirun_rides_the_ssh_masters_the_caller_opened(mode):
+    argv = render(make_plan(mode=mode, ssh_control_path="/tmp/tf-ssh-x/%C")).argv
+    at = argv.index("plm_rsh_args")
+    assert argv[at - 1:at + 2] == ["--mca", "plm_rsh_args", "-o ControlPath=/tmp/tf-ssh-x/%C"]
+    assert "plm_rsh_args" not in render(make_plan(mode=mode)).argv
+    # Ours, then: the user's own would be overridden.
+    with pytest.raises(PlanError, match="overrides an MCA parameter torchfleet sets"):
+        render(make_plan(mode=mode, ssh_control_path="/tmp/m/%C",
+                         mpirun_extra_args=("--mca", "plm_rsh_args", "-p 2222")))
+    assert "-p 2222" in render(make_plan(mode=mode, mpirun_extra_args=(
+        "--mca", "plm_rsh_args", "-p 2222"))).argv
+
+
 def test_mpich_mode_has_no_tree_spawn_option():
     assert "plm_rsh_no_tree_spawn" not in render(make_plan(mode="mpich")).argv
 
@@ -353,6 +367,10 @@ def test_plan_error_is_a_value_error():
     (dict(mode="mpich", log_dir="/var/log/tf"), "in mpich mode leave log_dir unset"),
     (dict(mode="mpich", allow_run_as_root=True), "allow_run_as_root is an Open MPI option"),
     (dict(mode="mpich", tree_spawn=True), "tree_spawn is an Open MPI option"),
+    (dict(mode="mpich", ssh_control_path="/tmp/m/%C"), "which mpich mode and tree_spawn do not use"),
+    (dict(tree_spawn=True, ssh_control_path="/tmp/m/%C"), "which mpich mode and tree_spawn do not use"),
+    (dict(ssh_control_path="/tmp/my dir/%C"), "has white space, which Open MPI would split"),
+    (dict(ssh_control_path=""), "ssh_control_path must be a non-empty string"),
     (dict(mode="rank", node_log_dir="/runs/w"), "in rank mode use log_dir for per-rank logs"),
     (dict(node_log_dir=""), "node_log_dir must be a non-empty string"),
 ])
