@@ -1125,7 +1125,7 @@ def ssh_masters(module):
 
 def close_ssh_masters(ssh: str, control_dir: str, nodes) -> None:
     """End the masters in `control_dir` (a run's sessions are over by now) and remove it."""
-    if os.listdir(control_dir):
+    if ssh and os.listdir(control_dir):
         def close(address):
             try:
                 subprocess.run([ssh, "-o", f"ControlPath={control_dir}/%C", "-O", "exit", address],
@@ -1144,8 +1144,10 @@ def run_started(module):
     finally:
         # fail_json and exit_json end the module through SystemExit: this runs after them too.
         if control_dir:
+            # Not required=True: a missing ssh has failed the module already, with its own message.
+            ssh = module.get_bin_path("ssh")
             others = [node for node in module.params["nodes"] if node["name"] != module.params["head"]]
-            close_ssh_masters(module.get_bin_path("ssh", required=True), control_dir, others)
+            close_ssh_masters(ssh, control_dir, others)
 
 
 def start_run(module, control_dir):

@@ -298,6 +298,62 @@ def test_the_clean_up_after_a_failed_run_names_what_it_ended_and_the_silent_node
         {"stopped": {}, "survivors": {"w1": [41]}, "silent": []})
 
 
+class _Module:
+    """The little of AnsibleModule that ssh_masters reads."""
+    def __init__(self, check_mode=False, **params):
+        self.check_mode = check_mode
+        self.params = {"check_nodes": True, "tree_spawn": False, "mode": "torchrun",
+                       "nodes": [{"name": "head"}, {"name": "w1"}], "mpirun_extra_args": [], **params}
+
+
+@pytest.mark.parametrize("check_mode, params, shared", [
+    (False, {}, True),
+    (True, {}, False),  # a check starts nothing
+    (False, {"tree_spawn": True}, False),  # the head does not ssh to every node
+    (False, {"mode": "mpich"}, False),
+    (False, {"check_nodes": False}, False),
+    (False, {"nodes": [{"name": "head"}]}, False),
+    (False, {"mpirun_extra_args": ["--mca", "plm_rsh_args", "-p 2222"]}, False),  # theirs, kept
+])
+def test_mpirun_rides_ssh_masters_only_where_it_sshes_to_every_node_itself(check_mode, params, shared,
+                                                                           monkeypatch):
+    for name in ("OMPI_MCA_plm_rsh_args", "OMPI_MCA_plm_rsh_agent"):
+        monkeypatch.delenv(name, raising=False)
+    control_dir = tl.ssh_masters(_Module(check_mode, **params))
+    try:
+        assert (control_dir is not None) == shared
+        if control_dir:
+            # Room for ssh's socket name (%C, 40 characters, and a temporary suffix) in 107 bytes.
+            assert control_dir.startswith("/tmp/tf-ssh-") and len(control_dir) < 40
+            assert oct(os.stat(control_dir).st_mode & 0o777) == "0o700"
+    finally:
+        if control_dir:
+            os.rmdir(control_dir)
+
+
+def test_an_rsh_option_in_the_environment_keeps_the_masters_off(monkeypatch):
+    monkeypatch.setenv("OMPI_MCA_plm_rsh_args", "-p 2222")
+    assert tl.ssh_masters(_Module()) is None
+
+
+def test_closing_the_masters_asks_each_to_exit_and_removes_their_directory(tmp_path):
+    fake = tmp_path / "ssh"
+    calls = tmp_path / "calls"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    fake.chmod(0o755)
+    control_dir = tmp_path / "masters"
+    control_dir.mkdir()
+    (control_dir / "0123abcd").touch()  # a master's socket
+    tl.close_ssh_masters(str(fake), str(control_dir), [{"address": "10.0.0.2"}, {"address": "10.0.0.3"}])
+    assert sorted(calls.read_text().splitlines()) == [
+        f"-o ControlPath={control_dir}/%C -O exit 10.0.0.2", f"-o ControlPath={control_dir}/%C -O exit 10.0.0.3"]
+    assert not control_dir.exists()
+    empty = tmp_path / "none"
+    empty.mkdir()
+    tl.close_ssh_masters(None, str(empty), [{"address": "10.0.0.2"}])  # no ssh: nothing to ask
+    assert not empty.exists()
+
+
 def test_timeout_message_names_the_silent_nodes():
     silent = [{"name": "w2", "address": "10.0.0.3", "error": "No route to host"}]
     message = tl.timeout_message("r", 60, 10, silent, "/runs/r")
