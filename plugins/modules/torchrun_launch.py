@@ -187,7 +187,9 @@ options:
         C(/tmp/tf-ssh-*) directory of the running account, closed when the module ends) and
         C(mpirun) starts its daemons through them instead of a new handshake per node, unless
         O(tree_spawn) is set or O(mpirun_extra_args) or the environment set Open MPI's own
-        C(plm_rsh_*) options. V(false) checks the head alone (Cray PALS nodes, which
+        C(plm_rsh_*) options (a C(plm_rsh_args) in an Open MPI parameter file is not seen, and
+        the masters' option would override it, so give it in O(mpirun_extra_args) instead). V(false)
+        checks the head alone (Cray PALS nodes, which
         C(mpiexec) reaches without C(ssh)); the clean-up on the other nodes is then the
         caller's (O(state=stopped) on each).
     type: bool
