@@ -397,6 +397,7 @@ def _check_env(plan: Plan) -> None:
 
 def _check_extra_args(plan: Plan) -> None:
     args = _string_tuple(plan.mpirun_extra_args, "mpirun_extra_args")
+    owned = _OWNED_MCA | ({"plm_rsh_args"} if plan.ssh_control_path else set())
     for i, arg in enumerate(args):
         if not arg:
             raise PlanError("mpirun_extra_args contains an empty string; remove it")
@@ -407,7 +408,6 @@ def _check_extra_args(plan: Plan) -> None:
         if option in _OWNED_OPTIONS:
             raise PlanError(f"mpirun_extra_args: {arg!r} overrides an option torchfleet controls; "
                             f"remove it (torchfleet sets it from the plan)")
-        owned = _OWNED_MCA | ({"plm_rsh_args"} if plan.ssh_control_path else set())
         if option in _MCA_OPTIONS and i + 1 < len(args) and args[i + 1] in owned:
             raise PlanError(f"mpirun_extra_args: '{arg} {args[i + 1]}' overrides an MCA parameter "
                             f"torchfleet sets; remove it (interfaces come from network/nodes)")
