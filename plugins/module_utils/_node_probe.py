@@ -132,6 +132,12 @@ def stop_processes(procs, grace: float) -> list[dict]:
     return alive
 
 
+def end_run(run_id: str, grace: float) -> tuple[list[dict], list[dict]]:
+    """End what is left of one run on this node: (what was found and stopped, what survived)."""
+    procs = find_run_processes({run_id})
+    return procs, stop_processes(procs, grace) if procs else []
+
+
 def write_file(path: str, content: bytes) -> None:
     """Whole or not at all: a rank never reads half a script. Directories 0750, files 0640, as
     the training account's own."""
@@ -163,9 +169,7 @@ def probe(request: dict) -> dict:
         answer["stale"] = sorted(path for path, sha1 in request["expect"].items()
                                  if file_sha1(path) != sha1)
     if "stop" in request:
-        procs = find_run_processes({request["stop"]["run_id"]})
-        answer["stopped"] = procs
-        answer["survivors"] = stop_processes(procs, request["stop"]["grace"]) if procs else []
+        answer["stopped"], answer["survivors"] = end_run(request["stop"]["run_id"], request["stop"]["grace"])
     return answer
 
 

@@ -499,6 +499,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe
 from ansible_collections.torchfleet.cluster.plugins.module_utils._node_probe import (
     cmdline,
+    end_run,
     find_run_processes,
     probe,
     read_bytes,
@@ -951,8 +952,7 @@ def _stop_launch(proc, run_id, grace) -> list[dict]:
         except OSError:
             pass
         proc.wait()
-    leftovers = find_run_processes({run_id})
-    return stop_processes(leftovers, grace) if leftovers else []
+    return end_run(run_id, grace)[1]
 
 
 def build(module, run_id, run_dir, control_dir=None):
@@ -1233,8 +1233,7 @@ def start_run(module, control_dir):
                 break
         if not (timed_out or reason):
             # The launcher is gone; nothing of the run should be left on the head.
-            leftovers = find_run_processes({run_id})
-            survivors = stop_processes(leftovers, p["stop_grace"]) if leftovers else []
+            leftovers, survivors = end_run(run_id, p["stop_grace"])
             if leftovers:
                 module.warn(f"{len(leftovers)} process(es) of run {run_id} outlived the launcher "
                             f"on the head and were stopped")
