@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -32,7 +33,8 @@ from torchfleet import localcluster  # noqa: E402
 
 NAME = "tfscale"
 SCALE_IMAGE = "torchfleet/node-openmpi:bookworm"
-MARKER = "# BEGIN torchfleet"  # ssh_trust's managed block in /etc/ssh/ssh_known_hosts
+MARKER = "# BEGIN torchfleet"
+APT_FRESH = 20 * 3600  # seconds; under the openmpi role's cache_valid_time (a day), with room for a run  # ssh_trust's managed block in /etc/ssh/ssh_known_hosts
 
 
 def sh(argv, **kwargs):
@@ -40,14 +42,22 @@ def sh(argv, **kwargs):
 
 
 def bake_image():
-    """The node image plus the Open MPI packages setup would install; host keys removed so every
-    node still makes its own on first start."""
+    """The node image plus the Open MPI packages setup would install, and python3-apt, which
+    Ansible's apt module needs and would otherwise fetch on every node (apt-get update, a download,
+    an install); host keys removed so every node still makes its own on first start. Baked again
+    when older than APT_FRESH: the openmpi role's apt task runs apt-get update on every node once
+    its package lists are a day old."""
     packages = yaml.safe_load((REPO / "roles/openmpi/defaults/main.yml").read_text())["openmpi_packages"]
+    packages = [*packages, "python3-apt"]
     base = localcluster.ensure_image()
     label = f"{base} + {' '.join(packages)}"
-    found = sh(["docker", "image", "inspect", "--format", '{{index .Config.Labels "org.torchfleet.bake"}}', SCALE_IMAGE])
-    if found.returncode == 0 and found.stdout.strip() == label:
-        return
+    found = sh(["docker", "image", "inspect", "--format",
+                '{{index .Config.Labels "org.torchfleet.bake"}} {{.Created}}', SCALE_IMAGE])
+    if found.returncode == 0:
+        found_label, _, created = found.stdout.strip().rpartition(" ")
+        age = time.time() - datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", created)).timestamp()
+        if found_label == label and age < APT_FRESH:
+            return
     baker = "tf-scale-bake"
     sh(["docker", "rm", "-f", baker])
     sh(["docker", "run", "-d", "--name", baker, "--cap-add", "NET_ADMIN", base], check=True)  # node-init makes a docker0
