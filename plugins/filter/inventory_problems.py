@@ -39,9 +39,9 @@ EXAMPLES = r"""
     _problems: >-
       {{ groups['cluster'] | torchfleet.cluster.inventory_problems('cluster', groups['cluster'][0],
          groups['cluster'] | map('extract', hostvars) | map(attribute='ansible_host', default='') | list) }}
-  ansible.builtin.assert:
-    that: _problems | length == 0
-    fail_msg: "{{ _problems | join(' ') }}"
+  ansible.builtin.fail:
+    msg: "{{ _problems | join(' ') }}"
+  when: _problems | length > 0
 """
 
 RETURN = r"""

@@ -30,12 +30,14 @@ options:
 """
 
 EXAMPLES = r"""
+# fail + when: the filter runs once when the request is good (an assert's fail_msg is templated,
+# and so the filter run again, even when the assertion holds).
 - name: Check the launch request
   vars:
     _problems: "{{ _launch_request | torchfleet.cluster.launch_problems }}"
-  ansible.builtin.assert:
-    that: _problems | length == 0
-    fail_msg: "{{ _problems | join(' ') }}"
+  ansible.builtin.fail:
+    msg: "{{ _problems | join(' ') }}"
+  when: _problems | length > 0
 """
 
 RETURN = r"""
@@ -52,6 +54,10 @@ EXAMPLE_LISTS = {
     "env_secrets": ["WANDB_API_KEY"],
     "mpirun_extra_args": ["--mca", "btl_tcp_links", "2"],
 }
+# The script and its files travel base64 in the launch module's arguments, and on to each node
+# that lacks them: right for code and configuration, not for data.
+FILES_LIMIT_MIB = 16
+
 # A shell character anywhere, or an option followed by a space (a value in the same item).
 SHELL_LIKE = re.compile(r"[;|&$`<>()\n]|^-\S*\s")
 
@@ -80,6 +86,20 @@ def _nproc_problems(request: dict) -> list[str]:
             f"-e nproc_per_node=N."]
 
 
+def _size_problems(paths: list[str]) -> list[str]:
+    sizes = {path: os.path.getsize(path) for path in paths}
+    total = sum(sizes.values())
+    if total <= FILES_LIMIT_MIB * 2**20:
+        return []
+    largest = ", ".join(f"{path} {size / 2**20:.1f} MiB"
+                        for path, size in sorted(sizes.items(), key=lambda item: -item[1])[:3])
+    return [f"The script and its files come to {total / 2**20:.1f} MiB ({largest}), over the "
+            f"{FILES_LIMIT_MIB} MiB a launch carries to the nodes in its own arguments. Put data and "
+            f"checkpoints where every node reads them (shared storage, or copied once by your own "
+            f"task) and pass their path in script_args; or, when the script itself is on shared "
+            f"storage, use -e shared_storage=true."]
+
+
 def _shape_problem(request: dict) -> str | None:
     """No script, or a list variable that is not a list: the other checks need both, so this
     problem is said alone."""
@@ -103,6 +123,8 @@ def _start_problems(request: dict) -> list[str]:
     missing = [] if shared else [path for path in lists["files"] if not os.path.isfile(path)]
     if missing:
         problems.append(f"These files are not on the controller: {', '.join(missing)}.")
+    elif not shared and request["mode"] != "mpich" and os.path.isfile(request["script"]):
+        problems += _size_problems([request["script"], *lists["files"]])
     problems += _nproc_problems(request)
     port = str(request["master_port"])
     if not (port.isdigit() and 1024 <= int(port) <= 65535):

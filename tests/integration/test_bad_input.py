@@ -62,11 +62,12 @@ def cluster_inventory(change):
 
 def playbook_with(name, files, *extra, inventory="hosts.yml"):
     """ansible-playbook NAME -i tmp/INVENTORY, after writing `files` ({name: text or
-    text(cluster)}) into tmp."""
+    text(cluster)}) into tmp; {tmp} in `extra` is that directory."""
     def command(cluster, tmp):
         for file_name, text in files.items():
             (tmp / file_name).write_text(text(cluster) if callable(text) else text)
-        result = run(["ansible-playbook", name, "-i", str(tmp / inventory), *extra],
+        result = run(["ansible-playbook", name, "-i", str(tmp / inventory),
+                      *(arg.replace("{tmp}", str(tmp)) for arg in extra)],
                      env=cluster.env, timeout=600)
         return result.returncode, result.stdout + result.stderr
     return command
@@ -175,6 +176,12 @@ CASES = [
     pytest.param(launch("-e", f"script={SCRIPT}", "-e", '{"files": ["examples/no_such_data.csv"]}'),
                  ["These files are not on the controller: examples/no_such_data.csv"],
                  id="launch-files-missing"),
+    pytest.param(playbook_with("launch.yml", {"hosts.yml": cluster_inventory(lambda group: None),
+                                              "weights.bin": "0" * (17 * 2**20)},
+                               "-e", f"script={SCRIPT}", "-e", '{"files": ["{tmp}/weights.bin"]}'),
+                 ["The script and its files come to 17.0 MiB", "weights.bin 17.0 MiB",
+                  "over the 16 MiB a launch carries", "shared_storage=true"],
+                 id="launch-files-too-large"),
     pytest.param(launch("-e", f"script={SCRIPT}", "-e", "launch_mode=horovod"),
                  ["value of launch_mode must be one of: torchrun, rank, mpich, got: horovod"],
                  id="launch-unknown-mode"),

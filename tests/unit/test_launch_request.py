@@ -107,3 +107,24 @@ def test_launch_nodes_auto_is_the_gpu_count_or_one():
         {"name": "a", "address": "10.0.0.1", "interface": "ib0", "slots": 8},
         {"name": "b", "address": "10.0.0.2", "interface": "ib0", "slots": 1}]
     assert [node["slots"] for node in launch_nodes(node_vars, "2")] == [2, 2]
+
+
+def test_files_over_the_limit_are_refused_with_the_largest_named(request_, tmp_path):
+    (tmp_path / "big.bin").write_bytes(b"\0" * (16 * 2**20))
+    request_["lists"]["files"] = ["data.csv", "big.bin"]
+    problems = launch_problems(request_)
+    assert len(problems) == 1
+    assert problems[0].startswith("The script and its files come to 16.0 MiB (big.bin 16.0 MiB, ")
+    assert "over the 16 MiB" in problems[0] and "shared_storage=true" in problems[0]
+    request_["lists"]["files"] = ["big.bin"]  # 16 MiB and the tiny script: still over
+    assert len(launch_problems(request_)) == 1
+    (tmp_path / "big.bin").write_bytes(b"\0" * (16 * 2**20 - 100))
+    assert launch_problems(request_) == []
+
+
+@pytest.mark.parametrize("change", [{"shared_storage": True}, {"mode": "mpich"}])
+def test_the_size_limit_holds_only_where_the_module_carries_the_files(request_, tmp_path, change):
+    (tmp_path / "big.bin").write_bytes(b"\0" * (17 * 2**20))
+    request_["lists"]["files"] = ["big.bin"]
+    request_.update(change)
+    assert launch_problems(request_) == []
