@@ -5,7 +5,13 @@
 (c) `torchfleet launch` (when the command has it).
 Prints and writes medians and the ratios b/a and c/a to bench/results/launch_overhead.json.
 
-    python bench/launch_overhead.py -i inventory/local.yml --runs 5
+The DDP job's own time varies by a second or more between runs here (six `import torch` on two
+shared cores), which hides tenths of a second of launcher cost. So each round also starts a job
+of almost no work the same three ways (bench/tiny_rank.py, one rank per node in rank mode, no
+torch): the differences of those medians are the fixed costs of (b) and (c), and the report adds
+the ratios they predict for the DDP job.
+
+    python bench/launch_overhead.py -i inventory/local.yml --runs 9
 
 Needs a cluster that setup.yml has prepared (facts in .cache/facts, run from the checkout's root).
 """
@@ -31,13 +37,17 @@ def inventory_nodes(path):
     return group["hosts"], group.get("vars", {})
 
 
-def hand_command(hosts, cluster_vars, nproc):
-    """What a user types on the head: a hostfile of addresses and one mpirun line."""
+def hand_command(hosts, cluster_vars, nproc, tiny=False):
+    """What a user types on the head: a hostfile of addresses and one mpirun line (of the DDP
+    job, or with `tiny` of one plain Python rank per node)."""
     addresses = [h["ansible_host"] for h in hosts.values()]
     hostfile = "".join(f"{a} slots={nproc}\n" for a in addresses)
     torchrun = ("/opt/torchfleet/envs/torchfleet/bin/torchrun --nnodes=%d --node-rank=$OMPI_COMM_WORLD_RANK "
                 "--nproc-per-node=%d --rdzv-backend=static --rdzv-endpoint=%s:29500 --rdzv-id=hand "
                 "torchfleet/scripts/train.py %s" % (len(addresses), nproc, addresses[0], " ".join(SCRIPT_ARGS)))
+    if tiny:
+        torchrun = ("RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE "
+                    "exec /opt/torchfleet/envs/torchfleet/bin/python torchfleet/scripts/tiny_rank.py")
     line = ("printf %s > /tmp/hand-hostfile && mpirun -np %d --hostfile /tmp/hand-hostfile --map-by ppr:1:node "
             "--bind-to none --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "
             "-x NCCL_SOCKET_IFNAME=eth0 -x GLOO_SOCKET_IFNAME=eth0 -x PATH sh -c %s"
@@ -73,25 +83,39 @@ def main():
         "a_hand_mpirun": hand_command(hosts, cluster_vars, args.nproc),
         "b_launch_yml": ["ansible-playbook", "launch.yml", "-i", args.inventory, *extra],
     }
+    tiny = ["-e", "script=bench/tiny_rank.py", "-e", "launch_mode=rank", "-e", "nproc_per_node=1"]
+    ways["a_tiny_hand_mpirun"] = hand_command(hosts, cluster_vars, 1, tiny=True)
+    ways["b_tiny_launch_yml"] = ["ansible-playbook", "launch.yml", "-i", args.inventory, *tiny]
     help_text = subprocess.run(["torchfleet", "--help"], capture_output=True, text=True).stdout
     if " launch" in help_text:
         ways["c_torchfleet_launch"] = ["torchfleet", "launch", "examples/train.py", "-i", args.inventory,
                                        "-e", f"nproc_per_node={args.nproc}", "--", *SCRIPT_ARGS]
-    # launch.yml copies the script; the hand run uses the copy, as a user would after one scp.
+        ways["c_tiny_torchfleet_launch"] = ["torchfleet", "launch", "bench/tiny_rank.py", "-i", args.inventory,
+                                            *tiny[2:]]
+    # launch.yml copies the scripts; the hand runs use the copies, as a user would after one scp.
     timed(ways["b_launch_yml"])
+    timed(ways["b_tiny_launch_yml"])
     seconds = {name: [] for name in ways}
     for round_ in range(args.runs):
         for name, argv in ways.items():  # alternate, so drift in machine load hits every way alike
             seconds[name].append(round(timed(argv), 3))
             print(f"run {round_ + 1} {name}: {seconds[name][-1]:.2f} s", flush=True)
     medians = {name: round(statistics.median(values), 3) for name, values in seconds.items()}
-    ratios = {f"{name[0]}/a": round(medians[name] / medians["a_hand_mpirun"], 3) for name in medians if name[0] != "a"}
+    job = {name: value for name, value in medians.items() if "tiny" not in name}
+    ratios = {f"{name[0]}/a": round(value / job["a_hand_mpirun"], 3) for name, value in job.items() if name[0] != "a"}
+    # The launchers' own cost, from the job of almost no work, and the ratio it means for the DDP job.
+    fixed = {f"{name[0]}": round(value - medians["a_tiny_hand_mpirun"], 3)
+             for name, value in medians.items() if "tiny" in name and name[0] != "a"}
+    predicted = {f"{way}/a": round((job["a_hand_mpirun"] + cost) / job["a_hand_mpirun"], 3)
+                 for way, cost in fixed.items()}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     report = {"commit": commit, "nodes": len(hosts), "nproc_per_node": args.nproc, "runs": args.runs,
-              "seconds": seconds, "median_seconds": medians, "ratios": ratios}
+              "seconds": seconds, "median_seconds": medians, "ratios": ratios,
+              "fixed_cost_seconds": fixed, "ratios_from_fixed_cost": predicted}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({"median_seconds": medians, "ratios": ratios}, indent=2))
+    print(json.dumps({key: report[key] for key in ("median_seconds", "ratios", "fixed_cost_seconds",
+                                                    "ratios_from_fixed_cost")}, indent=2))
 
 
 if __name__ == "__main__":

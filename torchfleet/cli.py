@@ -11,10 +11,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-from torchfleet import localcluster
-
 
 def _cluster(args: argparse.Namespace) -> int:
+    from torchfleet import localcluster  # imported here: a launch's start should not pay for it
+
+    try:
+        return _cluster_action(localcluster, args)
+    except localcluster.ClusterError as error:
+        print(f"torchfleet: error: {error}", file=sys.stderr)
+        return 1
+
+
+def _cluster_action(localcluster, args: argparse.Namespace) -> int:
     name = localcluster.validate_name(args.name)
     inventory = Path(args.inventory) if args.inventory else None
     if args.action == "up":
@@ -404,9 +412,6 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UsageError as error:
         parser.exit(2, f"torchfleet {args.command}: error: {error}\n")
-    except localcluster.ClusterError as error:
-        print(f"torchfleet: error: {error}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # noqa: BLE001 - a user-facing message, not a traceback
