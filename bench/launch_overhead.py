@@ -42,16 +42,17 @@ def hand_command(hosts, cluster_vars, nproc, tiny=False):
     job, or with `tiny` of one plain Python rank per node)."""
     addresses = [h["ansible_host"] for h in hosts.values()]
     hostfile = "".join(f"{a} slots={nproc}\n" for a in addresses)
-    torchrun = ("/opt/torchfleet/envs/torchfleet/bin/torchrun --nnodes=%d --node-rank=$OMPI_COMM_WORLD_RANK "
-                "--nproc-per-node=%d --rdzv-backend=static --rdzv-endpoint=%s:29500 --rdzv-id=hand "
-                "torchfleet/scripts/train.py %s" % (len(addresses), nproc, addresses[0], " ".join(SCRIPT_ARGS)))
     if tiny:
-        torchrun = ("RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE "
-                    "exec /opt/torchfleet/envs/torchfleet/bin/python torchfleet/scripts/tiny_rank.py")
+        job = ("RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE "
+               "exec /opt/torchfleet/envs/torchfleet/bin/python torchfleet/scripts/tiny_rank.py")
+    else:
+        job = ("/opt/torchfleet/envs/torchfleet/bin/torchrun --nnodes=%d --node-rank=$OMPI_COMM_WORLD_RANK "
+               "--nproc-per-node=%d --rdzv-backend=static --rdzv-endpoint=%s:29500 --rdzv-id=hand "
+               "torchfleet/scripts/train.py %s" % (len(addresses), nproc, addresses[0], " ".join(SCRIPT_ARGS)))
     line = ("printf %s > /tmp/hand-hostfile && mpirun -np %d --hostfile /tmp/hand-hostfile --map-by ppr:1:node "
             "--bind-to none --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "
             "-x NCCL_SOCKET_IFNAME=eth0 -x GLOO_SOCKET_IFNAME=eth0 -x PATH sh -c %s"
-            % (shlex.quote(hostfile), len(addresses), shlex.quote(torchrun)))
+            % (shlex.quote(hostfile), len(addresses), shlex.quote(job)))
     head = next(iter(hosts.values()))["ansible_host"]
     ssh = ["ssh", "-i", cluster_vars["ansible_ssh_private_key_file"], *shlex.split(cluster_vars["ansible_ssh_common_args"]),
            f"{cluster_vars.get('ansible_user', 'root')}@{head}", "runuser", "-u", "torchfleet", "--", "sh", "-c",
@@ -83,15 +84,15 @@ def main():
         "a_hand_mpirun": hand_command(hosts, cluster_vars, args.nproc),
         "b_launch_yml": ["ansible-playbook", "launch.yml", "-i", args.inventory, *extra],
     }
-    tiny = ["-e", "script=bench/tiny_rank.py", "-e", "launch_mode=rank", "-e", "nproc_per_node=1"]
+    tiny = ["-e", "launch_mode=rank", "-e", "nproc_per_node=1"]
     ways["a_tiny_hand_mpirun"] = hand_command(hosts, cluster_vars, 1, tiny=True)
-    ways["b_tiny_launch_yml"] = ["ansible-playbook", "launch.yml", "-i", args.inventory, *tiny]
+    ways["b_tiny_launch_yml"] = ["ansible-playbook", "launch.yml", "-i", args.inventory,
+                                 "-e", "script=bench/tiny_rank.py", *tiny]
     help_text = subprocess.run(["torchfleet", "--help"], capture_output=True, text=True).stdout
     if " launch" in help_text:
         ways["c_torchfleet_launch"] = ["torchfleet", "launch", "examples/train.py", "-i", args.inventory,
                                        "-e", f"nproc_per_node={args.nproc}", "--", *SCRIPT_ARGS]
-        ways["c_tiny_torchfleet_launch"] = ["torchfleet", "launch", "bench/tiny_rank.py", "-i", args.inventory,
-                                            *tiny[2:]]
+        ways["c_tiny_torchfleet_launch"] = ["torchfleet", "launch", "bench/tiny_rank.py", "-i", args.inventory, *tiny]
     # launch.yml copies the scripts; the hand runs use the copies, as a user would after one scp.
     timed(ways["b_launch_yml"])
     timed(ways["b_tiny_launch_yml"])

@@ -33,8 +33,8 @@ from torchfleet import localcluster  # noqa: E402
 
 NAME = "tfscale"
 SCALE_IMAGE = "torchfleet/node-openmpi:bookworm"
-MARKER = "# BEGIN torchfleet"
-APT_FRESH = 20 * 3600  # seconds; under the openmpi role's cache_valid_time (a day), with room for a run  # ssh_trust's managed block in /etc/ssh/ssh_known_hosts
+MARKER = "# BEGIN torchfleet"  # ssh_trust's managed block in /etc/ssh/ssh_known_hosts
+APT_FRESH = 20 * 3600  # seconds; under the openmpi role's cache_valid_time (a day), with room for a run
 
 
 def sh(argv, **kwargs):

@@ -13,32 +13,28 @@ from pathlib import Path
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from torchfleet import localcluster  # imported here: a launch's start should not pay for it
+    from torchfleet import localcluster  # only this command needs it: the others start sooner
 
     try:
-        return _cluster_action(localcluster, args)
+        name = localcluster.validate_name(args.name)
+        inventory = Path(args.inventory) if args.inventory else None
+        if args.action == "up":
+            localcluster.up(name=name, nodes=args.nodes, inventory=inventory)
+        elif args.action == "down":
+            localcluster.down(name=name, inventory=inventory)
+        elif args.action == "image":
+            localcluster.ensure_engine()
+            print(localcluster.ensure_image(rebuild=args.rebuild))
+        elif args.action == "status":
+            rows = localcluster.status(name)
+            if args.json:
+                print(json.dumps(rows))
+            else:
+                for row in rows:
+                    print(f"{row['name']:<24} {'running' if row['running'] else 'stopped':<8} {row['address']}")
     except localcluster.ClusterError as error:
         print(f"torchfleet: error: {error}", file=sys.stderr)
         return 1
-
-
-def _cluster_action(localcluster, args: argparse.Namespace) -> int:
-    name = localcluster.validate_name(args.name)
-    inventory = Path(args.inventory) if args.inventory else None
-    if args.action == "up":
-        localcluster.up(name=name, nodes=args.nodes, inventory=inventory)
-    elif args.action == "down":
-        localcluster.down(name=name, inventory=inventory)
-    elif args.action == "image":
-        localcluster.ensure_engine()
-        print(localcluster.ensure_image(rebuild=args.rebuild))
-    elif args.action == "status":
-        rows = localcluster.status(name)
-        if args.json:
-            print(json.dumps(rows))
-        else:
-            for row in rows:
-                print(f"{row['name']:<24} {'running' if row['running'] else 'stopped':<8} {row['address']}")
     return 0
 
 
