@@ -21,13 +21,11 @@ import json
 import shlex
 import statistics
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from benchlib import REPO, commit, run_timed  # bench/ is the script's directory, first on sys.path
 SCRIPT_ARGS = ["--use-syn", "--epochs", "1", "--steps-per-epoch", "5", "--no-wandb", "--out-dir", "/tmp"]
 
 
@@ -60,19 +58,10 @@ def hand_command(hosts, cluster_vars, nproc, tiny=False):
     return ssh
 
 
-def timed(argv):
-    started = time.monotonic()
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
-    elapsed = time.monotonic() - started
-    if result.returncode != 0:
-        sys.exit(f"{argv[0]} failed (rc {result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    return elapsed
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-i", "--inventory", default="inventory/local.yml")
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "launch_overhead.json"))
     args = parser.parse_args()
@@ -94,12 +83,12 @@ def main():
                                        "-e", f"nproc_per_node={args.nproc}", "--", *SCRIPT_ARGS]
         ways["c_tiny_torchfleet_launch"] = ["torchfleet", "launch", "bench/tiny_rank.py", "-i", args.inventory, *tiny]
     # launch.yml copies the scripts; the hand runs use the copies, as a user would after one scp.
-    timed(ways["b_launch_yml"])
-    timed(ways["b_tiny_launch_yml"])
+    run_timed(ways["b_launch_yml"])
+    run_timed(ways["b_tiny_launch_yml"])
     seconds = {name: [] for name in ways}
     for round_ in range(args.runs):
         for name, argv in ways.items():  # alternate, so drift in machine load hits every way alike
-            seconds[name].append(round(timed(argv), 3))
+            seconds[name].append(run_timed(argv)[0])
             print(f"run {round_ + 1} {name}: {seconds[name][-1]:.2f} s", flush=True)
     medians = {name: round(statistics.median(values), 3) for name, values in seconds.items()}
     job = {name: value for name, value in medians.items() if "tiny" not in name}
@@ -109,8 +98,7 @@ def main():
              for name, value in medians.items() if "tiny" in name and name[0] != "a"}
     predicted = {f"{way}/a": round((job["a_hand_mpirun"] + cost) / job["a_hand_mpirun"], 3)
                  for way, cost in fixed.items()}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    report = {"commit": commit, "nodes": len(hosts), "nproc_per_node": args.nproc, "runs": args.runs,
+    report = {"commit": commit(), "nodes": len(hosts), "nproc_per_node": args.nproc, "runs": args.runs,
               "seconds": seconds, "median_seconds": medians, "ratios": ratios,
               "fixed_cost_seconds": fixed, "ratios_from_fixed_cost": predicted}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

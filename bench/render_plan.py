@@ -10,12 +10,11 @@ import argparse
 import ipaddress
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchlib import REPO, commit  # bench/ is the script's directory, first on sys.path
 sys.path.insert(0, str(REPO / ".collections"))
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import Node, Plan, render  # noqa: E402
@@ -42,8 +41,7 @@ def main():
         rendered = render(big)
         seconds.append(time.perf_counter() - started)
     assert rendered.hostfile.count("\n") == args.nodes
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    report = {"commit": commit, "nodes": args.nodes, "repeat": args.repeat,
+    report = {"commit": commit(), "nodes": args.nodes, "repeat": args.repeat,
               "median_ms": round(statistics.median(seconds) * 1000, 2), "best_ms": round(min(seconds) * 1000, 2),
               "aim_ms": 50}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from benchlib import REPO, commit, run_timed  # bench/ is the script's directory, first on sys.path
 sys.path.insert(0, str(REPO))
 from torchfleet import localcluster  # noqa: E402
 
@@ -90,12 +90,8 @@ def timed(argv, env, containers):
     """Wall time, the controller's CPU time (ansible-playbook and its ssh children) and the nodes'."""
     nodes_before = node_cpu_seconds(containers)
     mine_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.monotonic()
-    result = sh(argv, env=env)
-    elapsed = round(time.monotonic() - started, 3)
+    elapsed, result = run_timed(argv, env)
     mine = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if result.returncode != 0:
-        sys.exit(f"{' '.join(argv[:2])} failed (rc {result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
     controller = mine.ru_utime + mine.ru_stime - mine_before.ru_utime - mine_before.ru_stime
     return elapsed, round(controller, 2), round(node_cpu_seconds(containers) - nodes_before, 2), result.stdout
 
@@ -158,8 +154,7 @@ def main():
     first, last = rows[0], rows[-1]
     ratios = {f"setup {last['nodes']}/{first['nodes']}": round(last["setup_s"] / first["setup_s"], 3),
               f"launch {last['nodes']}/{first['nodes']}": round(last["launch_s"] / first["launch_s"], 3)}
-    commit = sh(["git", "rev-parse", "--short", "HEAD"]).stdout.strip()
-    report = {"commit": commit, "image": SCALE_IMAGE, "host_cpus": os.cpu_count(), "rows": rows, "ratios": ratios}
+    report = {"commit": commit(), "image": SCALE_IMAGE, "host_cpus": os.cpu_count(), "rows": rows, "ratios": ratios}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(ratios, indent=2))

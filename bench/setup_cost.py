@@ -14,33 +14,15 @@ fact cache and key, and removes the cluster at the end.
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchlib import REPO, commit, recap, run_timed  # bench/ is the script's directory, first on sys.path
 sys.path.insert(0, str(REPO))
 from torchfleet import localcluster  # noqa: E402
 
 NAME = "tfcost"
-
-
-def recap(output):
-    """{host: {ok: N, changed: N, ...}} from the PLAY RECAP."""
-    return {host: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", fields)}
-            for host, fields in re.findall(r"^(\S+)\s+:\s+(ok=.*)$", output, re.M)}
-
-
-def timed_setup(argv, env):
-    started = time.monotonic()
-    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
-    elapsed = round(time.monotonic() - started, 3)
-    if result.returncode != 0:
-        sys.exit(f"setup.yml failed (rc {result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}")
-    return elapsed, recap(result.stdout)
 
 
 def main():
@@ -61,16 +43,15 @@ def main():
                     "-e", f"ssh_trust_key_file={work / 'keys' / 'cluster_ed25519'}"]
             if not args.keep_wheelhouse:
                 argv += ["-e", f"python_env_wheelhouse_root={work / 'wheelhouse'}"]
-            cold, cold_recap = timed_setup(argv, env)
+            cold, cold_result = run_timed(argv, env)
             print(f"cold: {cold:.1f} s", flush=True)
-            warm, warm_recap = timed_setup(argv, env)
+            warm, warm_result = run_timed(argv, env)
             print(f"warm: {warm:.1f} s", flush=True)
         finally:
             localcluster.down(NAME)
+    cold_recap, warm_recap = recap(cold_result.stdout), recap(warm_result.stdout)
     nodes = {host: counts for host, counts in warm_recap.items() if host != "localhost"}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                            text=True).stdout.strip()
-    report = {"commit": commit, "nodes": args.nodes, "empty_wheelhouse": not args.keep_wheelhouse,
+    report = {"commit": commit(), "nodes": args.nodes, "empty_wheelhouse": not args.keep_wheelhouse,
               "cold_s": cold, "warm_s": warm, "warm/cold": round(warm / cold, 3),
               "cold_changed": {h: c["changed"] for h, c in cold_recap.items() if h != "localhost"},
               "warm_changed": {h: c["changed"] for h, c in nodes.items()},
