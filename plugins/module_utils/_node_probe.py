@@ -9,11 +9,13 @@ the standard library and nothing of Ansible.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
 import os
 import shlex
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -51,6 +53,67 @@ def cmdline(pid, limit: int) -> str:
     argv = read_bytes(f"/proc/{pid}/cmdline").rstrip(b"\0").split(b"\0")
     text = shlex.join(arg.decode("utf-8", "replace") for arg in argv)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# The rendezvous port: the launch checks it on the head, the doctor on the head too (its probe
+# runs this file's text for it), so both judge a port alike.
+def listening_inodes(proc_net_tcp: str, port: int) -> set[int]:
+    """Socket inodes bound to `port` (listening or bound, not connections) in the text of
+    /proc/net/tcp or /proc/net/tcp6."""
+    inodes = set()
+    for line in proc_net_tcp.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 10 or ":" not in fields[1]:
+            continue
+        # 0A is LISTEN, 07 a bound socket not (yet) listening; both block the port.
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] in ("0A", "07"):
+            inode = int(fields[9])
+            if inode:
+                inodes.add(inode)
+    return inodes
+
+
+def port_in_use(port: int) -> bool:
+    """Try to bind the port as the rendezvous store will (any address, IPv4 and IPv6)."""
+    for family, address in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 on this node
+        with sock:
+            # SO_REUSEADDR: a previous run's connections in TIME_WAIT do not block the store.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind((address, port))
+            except OSError as err:
+                if err.errno == errno.EADDRINUSE:
+                    return True
+    return False
+
+
+def port_holders(port: int) -> list[str]:
+    """'pid 123 (python3 -m http.server)' for the processes we can see holding the port."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            inodes |= listening_inodes(read_bytes(table).decode(), port)
+        except OSError:
+            pass
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    holders = []
+    for entry in os.listdir("/proc") if wanted else ():
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}") in wanted for fd in fds):
+                holders.append(f"pid {entry} ({cmdline(entry, 120)})")
+        except OSError:
+            continue
+    return holders
+
 
 
 def _ancestors() -> set[int]:

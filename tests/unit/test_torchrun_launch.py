@@ -464,10 +464,10 @@ PROC_NET_TCP6 = """\
 
 
 def test_listening_inodes():
-    assert tl.listening_inodes(PROC_NET_TCP, 29577) == {668753}
-    assert tl.listening_inodes(PROC_NET_TCP, 2024) == {84}
-    assert tl.listening_inodes(PROC_NET_TCP, 37390) == set()  # 0x920E: a connection, not a bind
-    assert tl.listening_inodes(PROC_NET_TCP6, 29577) == set()  # TIME_WAIT does not hold it
+    assert node_probe.listening_inodes(PROC_NET_TCP, 29577) == {668753}
+    assert node_probe.listening_inodes(PROC_NET_TCP, 2024) == {84}
+    assert node_probe.listening_inodes(PROC_NET_TCP, 37390) == set()  # 0x920E: a connection, not a bind
+    assert node_probe.listening_inodes(PROC_NET_TCP6, 29577) == set()  # TIME_WAIT does not hold it
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
-# The doctor's read-only probe of one node. Argument: a JSON object with
+# The doctor's read-only probe of one node. First argument: a JSON object with
 #   "port": a TCP port to test on this node (or null),
 #   "connect": [{"key": K, "interface": IFACE, "source": ADDRESS, "target": ADDRESS, "port": P}],
 #   "timeout": seconds per connect.
+# Second argument, needed with "port": the text of the launch's node probe
+# (plugins/module_utils/_node_probe.py), whose port check this one runs, so that the doctor and
+# the launch judge the rendezvous port alike (this file runs alone on the node: nothing to import).
 # Prints a JSON object: "interfaces" {name: IPv4 address}, "connect" {K: {"ok", "error"}},
 # "port" {"in_use", "holders"}. Changes nothing on the node.
-import errno
 import json
 import os
 import socket
@@ -50,47 +52,11 @@ def connect(probe, own, timeout, results):
         sock.close()
 
 
-def port_in_use(port):
-    for family, address in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-        try:
-            sock = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        with sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            try:
-                sock.bind((address, port))
-            except OSError as err:
-                if err.errno == errno.EADDRINUSE:
-                    return True
-    return False
-
-
-def port_holders(port):
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as handle:
-                rows = handle.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            cols = row.split()
-            # local address is ADDR:PORT in hex; state 0A is LISTEN
-            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{cols[9]}]")
-    holders = []
-    for pid in (p for p in os.listdir("/proc") if p.isdigit()) if inodes else ():
-        try:
-            if any(os.readlink(f"/proc/{pid}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{pid}/fd")):
-                with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                    cmd = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-                holders.append(f"pid {pid} ({cmd[:120]})")
-        except OSError:
-            continue
-    return holders
+def port_report(port, node_probe_source):
+    node_probe = {"__name__": "_node_probe"}  # not "__main__": its own main() stays unrun
+    exec(compile(node_probe_source, "_node_probe.py", "exec"), node_probe)
+    busy = node_probe["port_in_use"](port)
+    return {"in_use": busy, "holders": node_probe["port_holders"](port) if busy else []}
 
 
 def main():
@@ -105,8 +71,7 @@ def main():
         thread.join()
     report = {"interfaces": own, "connect": results, "port": None}
     if request.get("port"):
-        busy = port_in_use(int(request["port"]))
-        report["port"] = {"in_use": busy, "holders": port_holders(int(request["port"])) if busy else []}
+        report["port"] = port_report(int(request["port"]), sys.argv[2])
     print(json.dumps(report))
 
 
