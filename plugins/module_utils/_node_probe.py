@@ -115,7 +115,6 @@ def port_holders(port: int) -> list[str]:
     return holders
 
 
-
 def _ancestors() -> set[int]:
     """This process and its ancestors: never stop the module (or whoever started it)."""
     pids, pid = set(), os.getpid()
