@@ -9,7 +9,10 @@ The DDP job's own time varies by a second or more between runs here (six `import
 shared cores), which hides tenths of a second of launcher cost. So each round also starts a job
 of almost no work the same three ways (bench/tiny_rank.py, one rank per node in rank mode, no
 torch): the differences of those medians are the fixed costs of (b) and (c), and the report adds
-the ratios they predict for the DDP job.
+the ratios they predict for the DDP job. And each round runs bench/floor.yml, a play that does
+nothing on the controller, through ansible-playbook and through torchfleet's ansible-runner path:
+no launch by (b) or (c) can cost less than the hand job plus that floor, so the report adds the
+best ratios (b) and (c) could reach on this machine.
 
     python bench/launch_overhead.py -i inventory/local.yml --runs 9
 
@@ -21,12 +24,17 @@ import json
 import shlex
 import statistics
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
 
 from benchlib import REPO, commit, run_timed  # bench/ is the script's directory, first on sys.path
 SCRIPT_ARGS = ["--use-syn", "--epochs", "1", "--steps-per-epoch", "5", "--no-wandb", "--out-dir", "/tmp"]
+# torchfleet's own ansible-runner path (torchfleet.run.run, as `torchfleet launch` calls it) on a playbook.
+FLOOR_RUNNER = ("import os, sys; from torchfleet.run import Progress, run; "
+                "sys.exit(run(playbook=os.path.abspath(sys.argv[1]), inventories=[sys.argv[2]], cmdline=[], "
+                "progress=Progress(stream=open(os.devnull, 'w'))).rc)")
 
 
 def inventory_nodes(path):
@@ -82,6 +90,8 @@ def main():
         ways["c_torchfleet_launch"] = ["torchfleet", "launch", "examples/train.py", "-i", args.inventory,
                                        "-e", f"nproc_per_node={args.nproc}", "--", *SCRIPT_ARGS]
         ways["c_tiny_torchfleet_launch"] = ["torchfleet", "launch", "bench/tiny_rank.py", "-i", args.inventory, *tiny]
+    ways["b_floor_playbook"] = ["ansible-playbook", "bench/floor.yml", "-i", args.inventory]
+    ways["c_floor_runner"] = [sys.executable, "-c", FLOOR_RUNNER, "bench/floor.yml", args.inventory]
     # launch.yml copies the scripts; the hand runs use the copies, as a user would after one scp.
     run_timed(ways["b_launch_yml"])
     run_timed(ways["b_tiny_launch_yml"])
@@ -91,20 +101,23 @@ def main():
             seconds[name].append(run_timed(argv)[0])
             print(f"run {round_ + 1} {name}: {seconds[name][-1]:.2f} s", flush=True)
     medians = {name: round(statistics.median(values), 3) for name, values in seconds.items()}
-    job = {name: value for name, value in medians.items() if "tiny" not in name}
+    job = {name: value for name, value in medians.items() if "tiny" not in name and "floor" not in name}
     ratios = {f"{name[0]}/a": round(value / job["a_hand_mpirun"], 3) for name, value in job.items() if name[0] != "a"}
     # The launchers' own cost, from the job of almost no work, and the ratio it means for the DDP job.
     fixed = {f"{name[0]}": round(value - medians["a_tiny_hand_mpirun"], 3)
              for name, value in medians.items() if "tiny" in name and name[0] != "a"}
     predicted = {f"{way}/a": round((job["a_hand_mpirun"] + cost) / job["a_hand_mpirun"], 3)
                  for way, cost in fixed.items()}
+    # The best any launcher on ansible-playbook (b) or ansible-runner (c) could do: the job plus the floor.
+    at_floor = {f"{name[0]}/a": round((job["a_hand_mpirun"] + value) / job["a_hand_mpirun"], 3)
+                for name, value in medians.items() if "floor" in name}
     report = {"commit": commit(), "nodes": len(hosts), "nproc_per_node": args.nproc, "runs": args.runs,
               "seconds": seconds, "median_seconds": medians, "ratios": ratios,
-              "fixed_cost_seconds": fixed, "ratios_from_fixed_cost": predicted}
+              "fixed_cost_seconds": fixed, "ratios_from_fixed_cost": predicted, "ratios_at_floor": at_floor}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({key: report[key] for key in ("median_seconds", "ratios", "fixed_cost_seconds",
-                                                    "ratios_from_fixed_cost")}, indent=2))
+                                                    "ratios_from_fixed_cost", "ratios_at_floor")}, indent=2))
 
 
 if __name__ == "__main__":

@@ -76,7 +76,8 @@ def main():
     medians = launch["median_seconds"]
     ways = {"a_hand_mpirun": "DDP job\nby hand", "b_launch_yml": "DDP job\nlaunch.yml",
             "c_torchfleet_launch": "DDP job\ntorchfleet", "a_tiny_hand_mpirun": "no-op job\nby hand",
-            "b_tiny_launch_yml": "no-op job\nlaunch.yml", "c_tiny_torchfleet_launch": "no-op job\ntorchfleet"}
+            "b_tiny_launch_yml": "no-op job\nlaunch.yml", "c_tiny_torchfleet_launch": "no-op job\ntorchfleet",
+            "b_floor_playbook": "no job\nplaybook", "c_floor_runner": "no job\nrunner"}
     bars("Launch: median wall time, same job each way", [ways[key] for key in ways if key in medians],
          [medians[key] for key in ways if key in medians], "seconds", OUT / "launch_overhead.svg")
     setup = json.loads((RESULTS / "setup_cost.json").read_text())
