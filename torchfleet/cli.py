@@ -212,10 +212,9 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _shared(args: argparse.Namespace) -> bool:
-    from torchfleet.plan import parse_extra_vars
+    from torchfleet.plan import as_bool, parse_extra_vars
 
-    value = parse_extra_vars(args.extra_vars).get("shared_storage", False)
-    return str(value).lower() in ("true", "yes", "1", "on")
+    return as_bool(parse_extra_vars(args.extra_vars).get("shared_storage", False))
 
 
 def _stop(args: argparse.Namespace) -> int:

@@ -135,6 +135,10 @@ def _as_list(value, what: str) -> list[str]:
     raise RenderError(f"{what} must be a list, got {value!r}")
 
 
+def as_bool(value) -> bool:
+    return str(value).lower() in ("true", "yes", "1", "on")
+
+
 def _as_int(value, what: str) -> int:
     try:
         return int(value)
@@ -190,7 +194,7 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     home = (head_facts.get("getent_passwd") or {}).get(user, [None] * 5)[4] or f"~{user}"
     workdir = str(extra.get("cluster_user_workdir", f"{home}/torchfleet"))
     run_id = str(extra.get("run_id") or lp.new_run_id(datetime.now(timezone.utc), secrets.token_hex(3)))
-    shared = str(extra.get("shared_storage", "false")).lower() in ("true", "yes", "1", "on")
+    shared = as_bool(extra.get("shared_storage", False))
     log_dir = str(extra.get("log_dir", f"{workdir}/runs"))
     run_dir = f"{log_dir}/{run_id}"
     mode = str(extra.get("launch_mode", "torchrun"))
@@ -212,7 +216,10 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
         env_pass=tuple(env_pass), env_secrets=tuple(_as_list(extra.get("env_secrets"), "env_secrets")),
         env_set={str(k): str(v) for k, v in env_set.items()},
         mpirun_extra_args=tuple(_as_list(extra.get("mpirun_extra_args"), "mpirun_extra_args")),
-        allow_run_as_root=user == "root",
+        allow_run_as_root=user == "root", tree_spawn=as_bool(extra.get("tree_spawn", False)),
+        # The renderer's default is the role's.
+        **({"silent_node_timeout": _as_int(extra["launch_silent_node_timeout"], "launch_silent_node_timeout")}
+           if "launch_silent_node_timeout" in extra else {}),
     )
     if batch_nodes:
         import dataclasses

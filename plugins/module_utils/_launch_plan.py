@@ -62,6 +62,12 @@ cluster's private SSH key, so only the head may start the remote daemons (Open M
 would have each daemon ssh on to further nodes). ``tree_spawn=True`` lifts this for clusters where
 every node holds the key.
 
+``silent_node_timeout`` (Open MPI, seconds, default 120; 0 leaves Open MPI's own settings): TCP
+keepalive on the connections between mpirun and its daemons (``oob_tcp_keepalive_time``,
+``_intvl``, ``_probes``), so a node cut off from the network is noticed within about that many
+seconds: mpirun ends the run and names the node's daemon, and the daemon on the cut-off node, its
+lifeline lost, ends the ranks it started. Open MPI's own default notices after 480 s at best.
+
 ``ssh_control_path`` (Open MPI, without tree spawn): ``--mca plm_rsh_args "-o ControlPath=P"``,
 so mpirun's ssh to each node rides the connection the caller already opened there (an OpenSSH
 master at P, ``%C`` and all) instead of a new handshake; with no master there, ssh connects as
@@ -136,6 +142,9 @@ _OWNED_MCA = frozenset({
     "pml", "btl", "btl_tcp_if_include", "btl_tcp_if_exclude", "oob_tcp_if_include",
     "oob_tcp_if_exclude", "plm_rsh_no_tree_spawn",
 })
+# Set from silent_node_timeout (when it is not 0).
+_KEEPALIVE_MCA = ("oob_tcp_keepalive_time", "oob_tcp_keepalive_intvl", "oob_tcp_keepalive_probes")
+KEEPALIVE_PROBES = 3
 
 
 class PlanError(ValueError):
@@ -174,6 +183,7 @@ class Plan:
     mpirun_extra_args: tuple[str, ...] = ()
     allow_run_as_root: bool = False  # Open MPI refuses root without it
     ssh_control_path: str | None = None  # Open MPI: ssh masters the caller opened to the nodes
+    silent_node_timeout: int = 120  # Open MPI: seconds until a node off the network ends the run; 0: Open MPI's
 
 
 @dataclass(frozen=True)
@@ -398,6 +408,7 @@ def _check_env(plan: Plan) -> None:
 def _check_extra_args(plan: Plan) -> None:
     args = _string_tuple(plan.mpirun_extra_args, "mpirun_extra_args")
     owned = _OWNED_MCA | ({"plm_rsh_args"} if plan.ssh_control_path else set())
+    keepalive = set(_KEEPALIVE_MCA) if plan.silent_node_timeout and plan.mode != "mpich" else set()
     for i, arg in enumerate(args):
         if not arg:
             raise PlanError("mpirun_extra_args contains an empty string; remove it")
@@ -411,6 +422,10 @@ def _check_extra_args(plan: Plan) -> None:
         if option in _MCA_OPTIONS and i + 1 < len(args) and args[i + 1] in owned:
             raise PlanError(f"mpirun_extra_args: '{arg} {args[i + 1]}' overrides an MCA parameter "
                             f"torchfleet sets; remove it (interfaces come from network/nodes)")
+        if option in _MCA_OPTIONS and i + 1 < len(args) and args[i + 1] in keepalive:
+            raise PlanError(f"mpirun_extra_args: '{arg} {args[i + 1]}' overrides the keepalive "
+                            f"torchfleet sets from silent_node_timeout; remove it, and set "
+                            f"silent_node_timeout instead (0 leaves Open MPI's keepalive as it is)")
 
 
 def validate(plan: Plan) -> None:
@@ -458,6 +473,10 @@ def validate(plan: Plan) -> None:
         if any(char.isspace() for char in plan.ssh_control_path):
             raise PlanError(f"ssh_control_path {plan.ssh_control_path!r} has white space, which "
                             f"Open MPI would split plm_rsh_args at; give a path without it")
+    seconds = plan.silent_node_timeout
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+        raise PlanError(f"silent_node_timeout {seconds!r} is not a number of seconds; give 0 or "
+                        f"more (0 leaves Open MPI's keepalive as it is)")
     _check_env(plan)
     _check_extra_args(plan)
 
@@ -465,6 +484,18 @@ def validate(plan: Plan) -> None:
 # ---------------------------------------------------------------------------------------------
 # Node slots, run ids and log layout (shared by the module, its filters and `torchfleet render`)
 # ---------------------------------------------------------------------------------------------
+
+def keepalive_mca(silent_node_timeout: int) -> list[str]:
+    """Open MPI's TCP keepalive on its daemon connections, so that a peer gone silent for about
+    `silent_node_timeout` seconds is given up: idle time, then KEEPALIVE_PROBES unanswered probes.
+    Nothing for 0."""
+    if not silent_node_timeout:
+        return []
+    interval = max(1, silent_node_timeout // (2 * KEEPALIVE_PROBES))
+    idle = max(1, silent_node_timeout - KEEPALIVE_PROBES * interval)
+    values = (idle, interval, KEEPALIVE_PROBES)
+    return [item for name, value in zip(_KEEPALIVE_MCA, values) for item in ("--mca", name, str(value))]
+
 
 def node_slots(gpu_count, nproc_per_node) -> int:
     """A node's workers: nproc_per_node, or with auto one per GPU and one on a node without GPUs."""
@@ -590,6 +621,7 @@ def render(plan: Plan) -> Rendered:
             argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
         if plan.ssh_control_path:
             argv += ["--mca", "plm_rsh_args", f"-o ControlPath={plan.ssh_control_path}"]
+        argv += keepalive_mca(plan.silent_node_timeout)
         # A CIDR covers every node whatever its NIC is called; written normalized (host bits 0).
         if plan.network:
             if_include = str(ipaddress.ip_network(plan.network, strict=False))

@@ -159,6 +159,19 @@ options:
         longer answer C(ssh) from the head (RV(silent_nodes)). V(0) waits for ever.
     type: int
     default: 0
+  silent_node_timeout:
+    description:
+      - Open MPI modes. Seconds after which a node that went silent (cut off from the network,
+        powered off) ends the run. C(mpirun) gets TCP keepalive on its daemon connections
+        (C(oob_tcp_keepalive_time), C(_intvl), C(_probes)), so it gives up the silent node's
+        daemon and stops the run, the module fails naming that node (RV(failed_host)), and the
+        daemon on the cut-off node, its connection to C(mpirun) lost, ends the ranks it started.
+        The probes are answered by the node's kernel, so a busy or stalled rank does not count
+        as silent.
+      - V(0) leaves Open MPI's own settings, which give up a silent node after 480 s at best;
+        O(launch_timeout) still bounds the run.
+    type: int
+    default: 120
   stop_grace:
     description: Seconds between SIGTERM and SIGKILL when a run is stopped.
     type: int
@@ -708,8 +721,8 @@ def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace
     over the cluster's ssh, as `action=stop` would: TERM, `grace` seconds, KILL. Returns
     {"stopped": {name: [pids]}, "survivors": {name: [pids]}, "silent": [{name, address, error}]}.
     A node that does not answer within 5 s of connecting is silent: a node cut off from the
-    network makes no rank fail, the others wait for it in a collective until launch_timeout, and
-    only this tells which node it was."""
+    network makes no rank fail, the others wait for it in a collective until mpirun gives up its
+    daemon (silent_node_timeout) or launch_timeout, and only this tells which node it was."""
     others = [node for node in nodes if node.name != head]
     stop = {"stop": {"run_id": run_id, "grace": grace}}
     # A node's stop takes at most grace + 10 s (the wait after KILL), and a moment to scan.
@@ -920,6 +933,7 @@ def build(module, run_id, run_dir, control_dir=None):
         env_set=env_set, mpirun_extra_args=tuple(p["mpirun_extra_args"]),
         allow_run_as_root=p["allow_run_as_root"], tree_spawn=p["tree_spawn"],
         ssh_control_path=f"{control_dir}/%C" if control_dir else None,
+        silent_node_timeout=p["silent_node_timeout"],
     )
     try:
         rendered = render(plan)
@@ -1269,6 +1283,7 @@ ARGUMENT_SPEC = {
     "tree_spawn": {"type": "bool", "default": False},
     "log_dir": {"type": "path", "default": "~/torchfleet/runs"},
     "launch_timeout": {"type": "int", "default": 0},
+    "silent_node_timeout": {"type": "int", "default": 120},
     "stop_grace": {"type": "int", "default": 10},
     "chdir": {"type": "path"},
     "file_contents": {"type": "dict", "default": {}, "no_log": True},
@@ -1282,7 +1297,7 @@ def main():
         required_if=[("state", "started", ("nodes", "head", "script"))],
         supports_check_mode=True,
     )
-    for name in ("launch_timeout", "stop_grace"):
+    for name in ("launch_timeout", "silent_node_timeout", "stop_grace"):
         if module.params[name] < 0:
             module.fail_json(msg=f"{name} must be 0 or more seconds, got {module.params[name]}")
     if module.params["state"] == "stopped":

@@ -205,6 +205,19 @@ def test_render_with_facts_takes_the_inventorys_slots_as_the_launch_does(project
     assert json.loads(out)["hostfile"] == "10.9.0.11 slots=1\n10.9.0.12 slots=1\n"
 
 
+def test_render_takes_tree_spawn_and_silent_node_timeout_as_the_launch_does(project, capsys):
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "--json")
+    assert rc == 0, err
+    argv = json.loads(out)["argv"]
+    assert "plm_rsh_no_tree_spawn" in argv
+    assert argv[argv.index("oob_tcp_keepalive_time") + 1] == "60"  # the default: 120 s in all
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "--json",
+                           "-e", "tree_spawn=true", "-e", "launch_silent_node_timeout=0")
+    assert rc == 0, err
+    argv = json.loads(out)["argv"]
+    assert "plm_rsh_no_tree_spawn" not in argv and "oob_tcp_keepalive_time" not in argv
+
+
 def test_render_plan_error_exits_1(project, capsys):
     rc, _, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "master_port=80")
     assert rc == 1 and "port 80 is not usable" in err

@@ -70,6 +70,8 @@ def shell_tail(argv: list[str]) -> list[str]:
 TORCHRUN_3X2 = [
     "mpirun", "-np", "3", "--map-by", "ppr:1:node", "--bind-to", "none", "--hostfile", HOSTFILE,
     "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "plm_rsh_no_tree_spawn", "1",
+    "--mca", "oob_tcp_keepalive_time", "60", "--mca", "oob_tcp_keepalive_intvl", "20",
+    "--mca", "oob_tcp_keepalive_probes", "3",
     "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
     "-x", "TORCHFLEET_RUN_ID", "-x", "NCCL_SOCKET_IFNAME", "-x", "GLOO_SOCKET_IFNAME",
     "/bin/sh", "-c",
@@ -258,6 +260,27 @@ def test_mpirun_rides_the_ssh_masters_the_caller_opened(mode):
         "--mca", "plm_rsh_args", "-p 2222"))).argv
 
 
+@pytest.mark.parametrize("seconds, idle, interval", [(120, 60, 20), (60, 30, 10), (20, 11, 3), (1, 1, 1)])
+def test_silent_node_timeout_sets_open_mpis_keepalive(seconds, idle, interval):
+    argv = render(make_plan(silent_node_timeout=seconds)).argv
+    at = argv.index("oob_tcp_keepalive_time")
+    assert argv[at - 1:at + 8] == ["--mca", "oob_tcp_keepalive_time", str(idle), "--mca", "oob_tcp_keepalive_intvl",
+                                   str(interval), "--mca", "oob_tcp_keepalive_probes", "3"]
+    if seconds >= 2 * lp.KEEPALIVE_PROBES:  # idle time plus the unanswered probes
+        assert idle + lp.KEEPALIVE_PROBES * interval == seconds
+
+
+@pytest.mark.parametrize("overrides", [dict(silent_node_timeout=0), dict(mode="mpich")])
+def test_no_keepalive_with_silent_node_timeout_0_or_in_mpich_mode(overrides):
+    assert not any(arg.startswith("oob_tcp_keepalive") for arg in render(make_plan(**overrides)).argv)
+
+
+def test_own_keepalive_in_extra_args_is_allowed_with_silent_node_timeout_0():
+    extra = ("--mca", "oob_tcp_keepalive_time", "5")
+    argv = render(make_plan(silent_node_timeout=0, mpirun_extra_args=extra)).argv
+    assert argv[argv.index("oob_tcp_keepalive_time") + 1] == "5"
+
+
 def test_mpich_mode_has_no_tree_spawn_option():
     assert "plm_rsh_no_tree_spawn" not in render(make_plan(mode="mpich")).argv
 
@@ -373,6 +396,9 @@ def test_plan_error_is_a_value_error():
     (dict(ssh_control_path=""), "ssh_control_path must be a non-empty string"),
     (dict(mode="rank", node_log_dir="/runs/w"), "in rank mode use log_dir for per-rank logs"),
     (dict(node_log_dir=""), "node_log_dir must be a non-empty string"),
+    (dict(silent_node_timeout=-1), "silent_node_timeout -1 is not a number of seconds; give 0 or more"),
+    (dict(silent_node_timeout="60"), "silent_node_timeout '60' is not a number of seconds"),
+    (dict(silent_node_timeout=True), "silent_node_timeout True is not a number of seconds"),
 ])
 def test_invalid_plans_are_refused_with_a_fix(overrides, expected):
     with pytest.raises(PlanError) as err:
@@ -425,6 +451,7 @@ def test_uneven_slot_message_stays_short_on_big_clusters():
     (("--mca", "btl_tcp_if_include", "docker0"), "overrides an MCA parameter torchfleet sets"),
     (("-mca", "pml", "ucx"), "'-mca pml' overrides an MCA parameter"),
     (("--mca", "plm_rsh_no_tree_spawn", "0"), "overrides an MCA parameter torchfleet sets"),
+    (("--mca", "oob_tcp_keepalive_time", "5"), "overrides the keepalive torchfleet sets from silent_node_timeout"),
     ((5,), "mpirun_extra_args must contain only strings, found 5"),
     (("",), "mpirun_extra_args contains an empty string"),
     ("--tag-output", "mpirun_extra_args must be a list of strings"),
