@@ -217,9 +217,9 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
         env_set={str(k): str(v) for k, v in env_set.items()},
         mpirun_extra_args=tuple(_as_list(extra.get("mpirun_extra_args"), "mpirun_extra_args")),
         allow_run_as_root=user == "root", tree_spawn=as_bool(extra.get("tree_spawn", False)),
-        # The renderer's default is the role's.
-        **({"silent_node_timeout": _as_int(extra["launch_silent_node_timeout"], "launch_silent_node_timeout")}
-           if "launch_silent_node_timeout" in extra else {}),
+        # Unset, the renderer's default, which is the role's.
+        silent_node_timeout=_as_int(extra.get("launch_silent_node_timeout", lp.Plan.silent_node_timeout),
+                                    "launch_silent_node_timeout"),
     )
     if batch_nodes:
         import dataclasses
