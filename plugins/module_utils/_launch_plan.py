@@ -419,11 +419,12 @@ def _check_extra_args(plan: Plan) -> None:
         if option in _OWNED_OPTIONS:
             raise PlanError(f"mpirun_extra_args: {arg!r} overrides an option torchfleet controls; "
                             f"remove it (torchfleet sets it from the plan)")
-        if option in _MCA_OPTIONS and i + 1 < len(args) and args[i + 1] in owned:
-            raise PlanError(f"mpirun_extra_args: '{arg} {args[i + 1]}' overrides an MCA parameter "
+        name = args[i + 1] if option in _MCA_OPTIONS and i + 1 < len(args) else None
+        if name in owned:
+            raise PlanError(f"mpirun_extra_args: '{arg} {name}' overrides an MCA parameter "
                             f"torchfleet sets; remove it (interfaces come from network/nodes)")
-        if option in _MCA_OPTIONS and i + 1 < len(args) and args[i + 1] in keepalive:
-            raise PlanError(f"mpirun_extra_args: '{arg} {args[i + 1]}' overrides the keepalive "
+        if name in keepalive:
+            raise PlanError(f"mpirun_extra_args: '{arg} {name}' overrides the keepalive "
                             f"torchfleet sets from silent_node_timeout; remove it, and set "
                             f"silent_node_timeout instead (0 leaves Open MPI's keepalive as it is)")
 
