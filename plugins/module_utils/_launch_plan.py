@@ -635,6 +635,9 @@ def render(plan: Plan) -> Rendered:
             argv += ["-x", name]
         if plan.log_dir:
             argv += ["--output-filename", plan.log_dir]
+        # "[JOB,RANK]<stdout>:" on every line: which node (torchrun mode) or rank (rank mode)
+        # wrote it, so the run's output can be followed per rank (_run_record.shown).
+        argv.append("--tag-output")
         if plan.allow_run_as_root:
             argv.append("--allow-run-as-root")
         argv += [*plan.mpirun_extra_args, *tail]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import glob
 import hashlib
 import json
 import os
@@ -21,6 +22,8 @@ import tempfile
 import time
 
 RUN_ID_VAR = "TORCHFLEET_RUN_ID"
+# Set (to the run id) in the environment of a run's supervisor on the head, beside RUN_ID_VAR.
+SUPERVISOR_VAR = "TORCHFLEET_SUPERVISOR"
 
 
 def file_sha1(path: str) -> str | None:
@@ -40,9 +43,9 @@ def read_bytes(path: str) -> bytes:
         return handle.read()
 
 
-def run_id_of(environ_bytes: bytes) -> str | None:
-    """TORCHFLEET_RUN_ID from the raw bytes of /proc/PID/environ."""
-    prefix = RUN_ID_VAR.encode() + b"="
+def env_value(environ_bytes: bytes, name: str = RUN_ID_VAR) -> str | None:
+    """A variable (TORCHFLEET_RUN_ID by default) from the raw bytes of /proc/PID/environ."""
+    prefix = name.encode() + b"="
     for item in environ_bytes.split(b"\0"):
         if item.startswith(prefix):
             return item[len(prefix):].decode("utf-8", "replace")
@@ -148,14 +151,16 @@ def find_run_processes(run_ids=None) -> list[dict]:
             # A container's processes are another node's business.
             if own_ns is not None and os.readlink(f"{base}/ns/pid") != own_ns:
                 continue
-            run_id = run_id_of(read_bytes(f"{base}/environ"))
+            environ = read_bytes(f"{base}/environ")
+            run_id = env_value(environ)
             if run_id is None or (run_ids is not None and run_id not in run_ids):
                 continue
             line = cmdline(entry, 300)
             pgid = os.getpgid(int(entry))
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        found.append({"pid": int(entry), "run_id": run_id, "cmdline": line, "pgid": pgid})
+        found.append({"pid": int(entry), "run_id": run_id, "cmdline": line, "pgid": pgid,
+                      "supervisor": env_value(environ, SUPERVISOR_VAR) is not None})
     return sorted(found, key=lambda proc: proc["pid"])
 
 
@@ -216,11 +221,25 @@ def write_file(path: str, content: bytes) -> None:
         raise
 
 
+def log_tail(pattern: str, lines: int) -> dict:
+    """The last `lines` lines of the file `pattern` names here (the latest torchrun attempt
+    sorts last), and its resolved path; path None when there is no such file."""
+    matches = sorted(glob.glob(pattern))
+    if not matches:
+        return {"path": None, "lines": []}
+    with open(matches[-1], "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, handle.tell() - 256 * 1024))
+        text = handle.read().decode("utf-8", "replace")
+    return {"path": matches[-1], "lines": text.splitlines()[-lines:]}
+
+
 def probe(request: dict) -> dict:
     """One node's answer. With `write` ({path: base64 content}), writes those files and names
     them; with `expect` ({path: SHA-1}), the runs alive on the node and which of those files are
     missing or differ; with `stop` ({run_id, grace}), ends what is left of that run here and
-    names what was stopped and what survived. An empty request only shows that the node answers."""
+    names what was stopped and what survived; with `tail` ({pattern, lines}), the end of that log.
+    An empty request only shows that the node answers."""
     answer = {}
     if "write" in request:
         for path, content in sorted(request["write"].items()):
@@ -232,6 +251,8 @@ def probe(request: dict) -> dict:
                                  if file_sha1(path) != sha1)
     if "stop" in request:
         answer["stopped"], answer["survivors"] = end_run(request["stop"]["run_id"], request["stop"]["grace"])
+    if "tail" in request:
+        answer["tail"] = log_tail(request["tail"]["pattern"], request["tail"]["lines"])
     return answer
 
 

@@ -15,11 +15,20 @@ description:
     one C(torchrun) per node, one MPI rank per GPU, or C(mpiexec) for HPE Cray PALS) with the
     collection's launch renderer, checks every node from the head over C(ssh) (O(check_nodes)),
     refuses to start while a process of an earlier torchfleet run is alive on any node, a node
-    does not answer, or the rendezvous port is taken, puts the script's files where they are
-    missing or stale (O(file_contents)), then starts the launcher, waits for it and reports its
-    exit status, the first rank that failed and where every log is. One task and one connection
-    from the controller; the head reaches the nodes itself, as C(mpirun) does a moment later.
+    does not answer, or the rendezvous port is taken, and puts the script's files where they are
+    missing or stale (O(file_contents)). Then it hands the run to a supervisor on the head, a
+    small process in a session of its own that owns the launcher for the whole run and outlives
+    the module, Ansible and the controller. The supervisor enforces O(launch_timeout), names the
+    first rank that failed and quotes its own log from the node it ran on, ends what is left of
+    a failed, timed-out or stopped run on every node, and keeps the run's record,
+    C(state.json) in the run's directory (see M(torchfleet.cluster.torchrun_run_info)).
+  - The module waits for the run to end and reports its exit status, the first rank that failed
+    and where every log is; with O(detach=true) it returns as soon as the run's processes run
+    on every node. One task and one connection from the controller; the head reaches the nodes
+    itself, as C(mpirun) does a moment later.
   - With O(state=stopped) the module runs on any node and stops the torchfleet runs alive there.
+    On the head it asks a run's supervisor first, which stops the run in order and records it
+    as C(stopped); what is left after that is ended directly.
   - Every process of a run carries E(TORCHFLEET_RUN_ID) in its environment; that is how runs are
     found. Open MPI's remote daemons (C(orted)) do not carry it; they exit by themselves, taking
     their ranks with them, when C(mpirun) goes.
@@ -190,6 +199,14 @@ options:
         (whole or not at all, directories 0750, files 0640). Never shown in output.
     type: dict
     default: {}
+  detach:
+    description:
+      - Return as soon as the run's processes (C(torchrun), or the ranks) run on every node the
+        head checks, with RV(state=running) and the run id, instead of waiting for its end. Every
+        check that refuses a launch still refuses it first. Follow the run with
+        C(torchfleet logs -f), C(torchfleet wait) or M(torchfleet.cluster.torchrun_run_info).
+    type: bool
+    default: false
   check_nodes:
     description:
       - Before the start, check every other node from the head over C(ssh) as the running
@@ -197,7 +214,7 @@ options:
         an earlier run still alive there refuse the launch; missing or different
         O(file_contents) are sent. After a run that failed, what is left of it on every node
         is ended the same way. The check's connections stay open (OpenSSH masters in a
-        C(/tmp/tf-ssh-*) directory of the running account, closed when the module ends) and
+        C(/tmp/tf-ssh-*) directory of the running account, closed by the supervisor when the run ends) and
         C(mpirun) starts its daemons through them instead of a new handshake per node, unless
         O(tree_spawn) is set or O(mpirun_extra_args) or the environment set Open MPI's own
         C(plm_rsh_*) options (a C(plm_rsh_args) in an Open MPI parameter file is not seen, and
@@ -224,9 +241,11 @@ attributes:
     platforms: posix
 notes:
   - Run O(state=started) on the head node (C(delegate_to)), O(state=stopped) on every node.
-  - If the module itself is interrupted (SIGTERM, SIGINT, SIGHUP, or the connection that started
-    it goes away), it stops the run before it exits. A module killed with SIGKILL cannot; stop
-    the run with O(state=stopped).
+  - Nothing that happens to the caller ends a run once it has started. When the connection that
+    started the module goes away (C(ansible-playbook) killed or interrupted with Ctrl-C, which
+    kills Ansible's own C(ssh), a lost network, a closed terminal) or the module gets SIGHUP or
+    SIGKILL, the run goes on under its supervisor and records its end. SIGTERM or SIGINT sent to
+    the module itself stop the run, as O(state=stopped) does.
   - The launcher keeps only E(PATH), E(HOME), E(USER), E(LOGNAME), E(SHELL), E(LANG),
     E(LANGUAGE), E(LC_*), E(TZ), E(TMPDIR), E(LD_LIBRARY_PATH), E(SSH_AUTH_SOCK), E(OPAL_PREFIX),
     E(OMPI_MCA_*) and E(PMIX_MCA_*) of the module's environment, plus what O(env_pass) names, so
@@ -297,6 +316,26 @@ command:
   returned: state=started
   type: str
   sample: mpirun -np 2 --map-by ppr:1:node ... /srv/train/ddp.py "$@"' torchfleet --epochs 10
+state:
+  description:
+    - The run's state from its record; V(running) after a start with O(detach=true), else how it
+      ended, V(succeeded), V(failed), V(stopped) or V(timed_out).
+  returned: state=started and not check mode
+  type: str
+  sample: succeeded
+state_file:
+  description: The run's record on the head, kept up to date by its supervisor.
+  returned: state=started
+  type: str
+  sample: /home/torchfleet/torchfleet/runs/tf-20261121-101502-ab12cd/state.json
+started:
+  description: When the run started (UTC, ISO 8601).
+  returned: state=started and not check mode
+  type: str
+ended:
+  description: When the run ended (UTC, ISO 8601); null while it runs.
+  returned: state=started and not check mode
+  type: str
 hostfile:
   description: The hostfile's text, head first.
   returned: state=started
@@ -481,22 +520,17 @@ stopped:
 
 import base64
 import errno
-import glob
 import hashlib
 import json
 import os
-import pkgutil
-import re
 import secrets
 import select
-import shlex
-import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 
 from ansible.module_utils.basic import AnsibleModule
@@ -509,24 +543,22 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
     render,
     run_log_dirs,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe, _run_record
 from ansible_collections.torchfleet.cluster.plugins.module_utils._node_probe import (
-    end_run,
     find_run_processes,
     port_holders,
     port_in_use,
-    probe,
     stop_processes,
 )
+from ansible_collections.torchfleet.cluster.plugins.module_utils._run_report import STOP_HINT, group_runs
+from ansible_collections.torchfleet.cluster.plugins.module_utils._run_supervisor import (
+    PLAN_FILE,
+    SOURCES,
+    close_ssh_masters,
+    module_source,
+    probe_nodes,
+)
 
-STOP_HINT = "ansible-playbook launch.yml -e action=stop (or: torchfleet stop)"
-TAIL_LINES = 20
-# The head's checks of the other nodes: seconds for one node to answer, and how many at once
-# (each ssh holds three pipes; 64 stays far from a 1024 file limit).
-PROBE_TIMEOUT = 20
-PROBE_FANOUT = 64
-# Seconds an ssh master outlives its last session: it ends by itself if the module is killed.
-MASTER_PERSIST = 60
 # Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.
 AUTO_PASS = ("PATH", "LD_LIBRARY_PATH")
 # What the launcher keeps of the module's environment. Ranks on the head inherit the launcher's
@@ -535,24 +567,6 @@ AUTO_PASS = ("PATH", "LD_LIBRARY_PATH")
 KEEP_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
                       "TMPDIR", "LD_LIBRARY_PATH", "SSH_AUTH_SOCK", "OPAL_PREFIX"})
 KEEP_ENV_PREFIXES = ("LC_", "OMPI_MCA_", "PMIX_MCA_")
-
-
-# ---------------------------------------------------------------------------------------------
-# Pure helpers (unit-tested)
-# ---------------------------------------------------------------------------------------------
-
-def exit_status(returncode: int) -> int:
-    """Shell convention: Popen's -N (killed by signal N) becomes 128+N, so it is never 0."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def signal_name(status: int) -> str | None:
-    if status <= 128:
-        return None
-    try:
-        return signal.Signals(status - 128).name
-    except ValueError:
-        return None
 
 
 def resolve_env_pass(explicit, environ, taken):
@@ -572,123 +586,6 @@ def launcher_env(environ, passed, rendered_env, secret_values):
     env.update(rendered_env)
     env.update(secret_values)
     return env
-
-
-# torchrun's summary, one per node whose workers failed:
-#   Root Cause (first observed failure):
-#   [0]:
-#     time      : 2026-11-21_06:37:49
-#     host      : gpu02
-#     rank      : 5 (local_rank: 1)
-#     exitcode  : -9 (pid: 7689)  (SIGKILL)
-_ROOT_CAUSE = "Root Cause (first observed failure):"
-_SUMMARY_FIELD = re.compile(r"\b(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
-_SUMMARY_RANK = re.compile(r"(\d+)\s*\(local_rank:\s*(\d+)\)")
-_SUMMARY_EXIT = re.compile(r"(-?\d+)")
-
-
-def parse_torchrun_failures(text: str) -> list[dict]:
-    """Every root cause block in a launcher log, in the order they appear."""
-    failures = []
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if _ROOT_CAUSE not in line:
-            continue
-        fields = {}
-        for follow in lines[i + 1:i + 10]:
-            match = _SUMMARY_FIELD.search(follow)
-            if match:
-                fields.setdefault(match.group(1), match.group(2).strip())
-            if "traceback" in fields:
-                break
-        rank = _SUMMARY_RANK.match(fields.get("rank", ""))
-        code = _SUMMARY_EXIT.match(fields.get("exitcode", ""))
-        if rank and code:
-            failures.append({"time": fields.get("time", ""), "host": fields.get("host") or None,
-                             "rank": int(rank.group(1)), "local_rank": int(rank.group(2)),
-                             "exit_code": exit_status(int(code.group(1)))})
-    return failures
-
-
-def first_torchrun_failure(text: str) -> dict | None:
-    """With several nodes failing, the root cause is the earliest (times are to the second;
-    ties go to the one printed first)."""
-    failures = parse_torchrun_failures(text)
-    if not failures:
-        return None
-    return min(enumerate(failures), key=lambda item: (item[1]["time"] or "~", item[0]))[1]
-
-
-# Open MPI 4.x, a rank that exits non-zero:
-#   Process name: [[28791,1],1]
-#   Exit code:    3
-# and one killed by a signal:
-#   mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).
-_MPI_EXIT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
-_MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
-
-
-def parse_mpirun_failure(text: str) -> dict | None:
-    """The first failed process Open MPI names: its MPI rank, host (when printed) and status."""
-    found = []
-    match = _MPI_EXIT.search(text)
-    if match:
-        found.append((match.start(), {"rank": int(match.group(1)), "host": None,
-                                      "exit_code": int(match.group(2))}))
-    match = _MPI_SIGNAL.search(text)
-    if match:
-        found.append((match.start(), {"rank": int(match.group(1)), "host": match.group(2),
-                                      "exit_code": 128 + int(match.group(3))}))
-    return min(found, key=lambda item: item[0])[1] if found else None
-
-
-# Open MPI 4.x, when mpirun loses a node's daemon (orted): the node went down or off the network,
-# or the daemon died. No rank is named; the node is, as the hostfile gave it:
-#   ORTE has lost communication with a remote daemon.
-#
-#     HNP daemon   : [[16969,0],0] on node node0
-#     Remote daemon: [[16969,0],2] on node 172.19.0.4
-_MPI_LOST_DAEMON = re.compile(r"ORTE has lost communication with a remote daemon\.\s*\n"
-                              r"(?:.*\n){0,3}?\s*Remote daemon\s*:\s*\S+ on node (\S+)")
-
-
-def parse_lost_daemon(text: str) -> str | None:
-    """The node (address or name, as in the hostfile) whose daemon mpirun lost first."""
-    match = _MPI_LOST_DAEMON.search(text)
-    return match.group(1) if match else None
-
-
-def node_named(host: str, order) -> str:
-    """The inventory name of a node Open MPI names by its hostfile address; else `host`."""
-    return next((node.name for node in order if host in (node.address, node.name)), host)
-
-
-def rank_node(rank: int, order, mode: str) -> str | None:
-    """The node an MPI rank ran on: ranks fill the hostfile's slots in order (--map-by slot);
-    with one process per node the MPI rank is the node's index."""
-    if mode != "rank":
-        return order[rank].name if 0 <= rank < len(order) else None
-    for node in order:
-        if rank < node.slots:
-            return node.name
-        rank -= node.slots
-    return None
-
-
-def tail(text: str, lines: int = TAIL_LINES) -> list[str]:
-    return text.splitlines()[-lines:]
-
-
-# ---------------------------------------------------------------------------------------------
-# Processes of runs, on this node
-# ---------------------------------------------------------------------------------------------
-
-def group_runs(procs) -> list[dict]:
-    runs: dict[str, list[int]] = {}
-    for proc in procs:
-        runs.setdefault(proc["run_id"], []).append(proc["pid"])
-    return [{"run_id": run_id, "pids": pids} for run_id, pids in sorted(runs.items())]
-
 
 # ---------------------------------------------------------------------------------------------
 # The rendezvous port and the head's address
@@ -712,157 +609,6 @@ def holds_address(address: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# After a run that failed: what is left of it on the other nodes
-# ---------------------------------------------------------------------------------------------
-
-def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace: int,
-                     timeout: int | None = None) -> dict:
-    """End what is left of `run_id` on every node but the head (which the module swept itself),
-    over the cluster's ssh, as `action=stop` would: TERM, `grace` seconds, KILL. Returns
-    {"stopped": {name: [pids]}, "survivors": {name: [pids]}, "silent": [{name, address, error}]}.
-    A node that does not answer within 5 s of connecting is silent: a node cut off from the
-    network makes no rank fail, the others wait for it in a collective until mpirun gives up its
-    daemon (silent_node_timeout) or launch_timeout, and only this tells which node it was."""
-    others = [node for node in nodes if node.name != head]
-    stop = {"stop": {"run_id": run_id, "grace": grace}}
-    # A node's stop takes at most grace + 10 s (the wait after KILL), and a moment to scan.
-    answers = probe_nodes(others, head, ssh, python, {node.name: stop for node in others},
-                          timeout=timeout or grace + 20, connect_timeout=5)
-    ended = {"stopped": {}, "survivors": {}, "silent": []}
-    for node in others:
-        answer = answers[node.name]
-        if "error" in answer:
-            ended["silent"].append({"name": node.name, "address": node.address, "error": answer["error"]})
-            continue
-        for key in ("stopped", "survivors"):
-            if answer[key]:
-                ended[key][node.name] = [proc["pid"] for proc in answer[key]]
-    return ended
-
-
-def cleanup_message(ended, name_silent: bool = True) -> str:
-    """What the clean-up on the other nodes could not do, for the end of a failure message (a
-    timeout's message names the silent nodes itself)."""
-    said = ""
-    if ended["survivors"]:
-        said += "; processes survived SIGKILL on " + "; ".join(
-            f"{name}: {', '.join(map(str, pids))}" for name, pids in ended["survivors"].items())
-        said += " (uninterruptible I/O?): check them"
-    if ended["silent"] and name_silent:
-        said += ("; could not reach " + ", ".join(node["name"] for node in ended["silent"])
-                 + f" to end what is left of the run there: once it is back, end it with {STOP_HINT}")
-    return said
-
-
-def timeout_message(run_id, timeout, grace, silent, run_dir) -> str:
-    what = (f"run {run_id} outlived launch_timeout={timeout}s and was stopped (SIGTERM, SIGKILL "
-            f"after {grace}s)")
-    if silent:
-        named = "; ".join(f"{node['name']} ({node['address']}): {node['error']}"
-                          for node in silent)
-        what += (f"; these nodes went silent, they do not answer ssh from the head: {named}. "
-                 f"A node cut off keeps the other ranks waiting; what ran there may still run: "
-                 f"once it is back, end it with {STOP_HINT}")
-    elif silent is not None:
-        what += "; every node answers ssh from the head, so the run itself was slow or hung"
-    return f"{what}; logs under {run_dir}"
-
-
-# ---------------------------------------------------------------------------------------------
-# Logs
-# ---------------------------------------------------------------------------------------------
-
-def read_end(path: str, limit: int = 4 * 1024 * 1024) -> str:
-    """The end of a log that may be many gigabytes: torchrun and Open MPI print their failure
-    reports last."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - limit))
-            return handle.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def read_tail(path: str, lines: int = TAIL_LINES) -> list[str]:
-    return tail(read_end(path, 256 * 1024), lines)
-
-
-def _first_existing(pattern: str) -> str | None:
-    matches = sorted(glob.glob(pattern))
-    return matches[-1] if matches else None  # the latest torchrun attempt sorts last
-
-
-def rank0_tail(mode: str, paths) -> list[str]:
-    # Global rank 0 runs on the head: torchrun's worker 0 there, or Open MPI's rank 0.
-    if mode == "rank":
-        found = _first_existing(os.path.join(paths["ranks"], "*", "rank.0", "stdout"))
-    else:
-        found = _first_existing(os.path.join(paths["workers"], "*", "attempt_*", "0", "stdout.log"))
-    return read_tail(found) if found else []
-
-
-def describe_failure(text, order, mode, paths, nproc=None) -> dict:
-    """failed_* result keys from the launcher log; None where the log does not tell."""
-    local_names = {socket.gethostname(), socket.getfqdn()}
-    failure = first_torchrun_failure(text) if mode != "rank" else None
-    if failure:
-        one_node = len(order) == 1
-        host = order[0].name if one_node else failure["host"]
-        # Every node runs nproc workers, node ranks in hostfile order: the inventory name follows
-        # from the global rank, where torchrun only knows the host's own name for itself.
-        if nproc and failure["rank"] is not None and 0 <= failure["rank"] // nproc < len(order):
-            host = order[failure["rank"] // nproc].name
-        log = (f"{paths['workers']}/*/attempt_*/{failure['local_rank']}/stderr.log")
-        local = one_node or failure["host"] in local_names
-        found = _first_existing(log) if local else None
-        return {"failed_rank": failure["rank"], "failed_host": host,
-                "failed_exit_code": failure["exit_code"], "failed_log": found or log,
-                "failed_log_tail": (read_tail(found) if found else []) or tail(text)}
-    failure = parse_mpirun_failure(text)
-    if failure:
-        host = rank_node(failure["rank"], order, mode) or failure["host"]
-        if mode == "rank":
-            log = f"{paths['ranks']}/*/rank.{failure['rank']}/stderr"
-            found = _first_existing(log) if host == order[0].name else None
-            return {"failed_rank": failure["rank"], "failed_host": host,
-                    "failed_exit_code": failure["exit_code"], "failed_log": found or log,
-                    "failed_log_tail": (read_tail(found) if found else []) or tail(text)}
-        # A per-node launcher (torchrun) failed without a worker failure summary: report
-        # the node; there is no worker rank to name.
-        return {"failed_rank": None, "failed_host": host, "failed_exit_code": failure["exit_code"],
-                "failed_log": paths["launcher"], "failed_log_tail": tail(text)}
-    # No process failed as far as Open MPI knows, but a whole node may be gone: that node is
-    # failed_host, with no rank and no exit code.
-    lost = parse_lost_daemon(text)
-    return {"failed_rank": None, "failed_host": node_named(lost, order) if lost else None,
-            "failed_exit_code": None, "failed_log": paths["launcher"],
-            "failed_log_tail": tail(text)}
-
-
-def failure_message(run_id, rc, failure, paths) -> str:
-    code = failure["failed_exit_code"]
-    if code is None and failure["failed_host"]:
-        what = (f"Open MPI lost contact with its daemon on {failure['failed_host']}: that node "
-                f"went down or off the network, or the daemon died there; the ranks elsewhere "
-                f"were stopped")
-    elif code is None:
-        what = (f"the launcher exited with rc {rc} without naming a failed rank: the run was "
-                f"stopped from outside (state=stopped), or the launcher could not start it (a "
-                f"node unreachable, a wrong path or option: see the launcher log)")
-    else:
-        name = signal_name(code)
-        how = f"was killed by {name} (exit code {code})" if name else f"exited with code {code}"
-        who = (f"rank {failure['failed_rank']}" if failure["failed_rank"] is not None
-               else "the launcher")
-        what = f"{who} on {failure['failed_host'] or 'an unknown host'} {how} first"
-        if failure["failed_log"] != paths["launcher"]:
-            what += f"; its log: {failure['failed_log']} on {failure['failed_host']}"
-    return (f"run {run_id} failed (launcher rc {rc}): {what}; launcher log: {paths['launcher']}; "
-            f"all logs of the run under {paths['run']} (failed_log_tail has the last lines)")
-
-
-# ---------------------------------------------------------------------------------------------
 # state=started
 # ---------------------------------------------------------------------------------------------
 
@@ -872,42 +618,6 @@ def _env_value(value):
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     return value
-
-
-class _Interrupt:
-    """Signals that mean 'stop': recorded here, acted on by the wait loop."""
-    signum = None
-
-    @classmethod
-    def handler(cls, signum, _frame):
-        cls.signum = signum
-
-
-def _caller_gone() -> bool:
-    """Ansible reads the module's stdout through a pipe (local) or sshd: when the reader is
-    gone (ansible-playbook killed, connection lost) a write would fail. poll() tells now."""
-    poller = select.poll()
-    poller.register(1, select.POLLOUT)
-    return any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poller.poll(0))
-
-
-def _stop_launch(proc, run_id, grace) -> list[dict]:
-    """TERM the launcher's group (mpirun forwards it to every rank on every node), KILL after
-    `grace`, then stop whatever of the run is left here: local ranks and torchrun workers run in
-    process groups of their own and outlive a killed mpirun."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except OSError:
-        pass
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        proc.wait()
-    return end_run(run_id, grace)[1]
 
 
 def build(module, run_id, run_dir, control_dir=None):
@@ -963,60 +673,6 @@ def head_preflight(module, plan, run_dir, head):
     if os.path.lexists(run_dir):
         module.fail_json(msg=f"{run_dir} already exists: run id {plan.run_id} was used before; "
                              f"give a new run_id or leave it unset", run_id=plan.run_id)
-
-
-def probe_source() -> str:
-    """_node_probe's text: a plain file from a checkout, a member of the module's zip under
-    AnsiballZ (where inspect.getsource fails now and then)."""
-    try:
-        with open(_node_probe.__file__, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError:
-        return pkgutil.get_data(_node_probe.__name__.rpartition(".")[0], "_node_probe.py").decode()
-
-
-def probe_command(python: str) -> str:
-    # ssh hands the remote side one command line, quoted here; the request travels on stdin.
-    # -S: the probe needs the standard library alone, not the environment's site-packages.
-    return shlex.join([python, "-S", "-c", probe_source()])
-
-
-def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
-                timeout: int = PROBE_TIMEOUT, connect_timeout: int | None = None,
-                control_dir: str | None = None) -> dict:
-    """_node_probe's answer to each node's request, {name: answer}: here for the head, over the
-    cluster's ssh for the others, as the training account, the way mpirun reaches them. A node
-    that does not answer within `timeout` seconds (or connect within `connect_timeout`, half of
-    it by default) gets {"error": ...}. In parallel, at most PROBE_FANOUT at once: the slowest
-    node bounds the wait. With `control_dir`, each connection stays open as an OpenSSH master
-    there (see ssh_masters), for the next probe and for mpirun."""
-    connect_timeout = connect_timeout or max(1, timeout // 2)
-    sharing = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%C",
-               "-o", f"ControlPersist={MASTER_PERSIST}"] if control_dir else []
-    remote = probe_command(python) if any(node.name != head for node in nodes) else None
-
-    def ask(node):
-        if node.name == head:
-            try:
-                return probe(requests[node.name])
-            except OSError as err:
-                return {"error": str(err)}
-        argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}", *sharing,
-                node.address, remote]
-        try:
-            done = subprocess.run(argv, input=json.dumps(requests[node.name]),
-                                  capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return {"error": f"no answer within {timeout} s"}
-        try:
-            return json.loads(done.stdout)
-        except ValueError:
-            lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            return {"error": lines[-1] if lines else f"ssh exited {done.returncode}"}
-    if not nodes:
-        return {}
-    with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(nodes))) as pool:
-        return dict(zip((node.name for node in nodes), pool.map(ask, nodes)))
 
 
 def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> dict:
@@ -1081,31 +737,121 @@ def ssh_masters(module):
         return None
 
 
-def close_ssh_masters(ssh: str, control_dir: str, nodes) -> None:
-    """End the masters in `control_dir` (a run's sessions are over by now) and remove it."""
-    if ssh and os.listdir(control_dir):
-        def close(address):
-            try:
-                subprocess.run([ssh, "-o", f"ControlPath={control_dir}/%C", "-O", "exit", address],
-                               capture_output=True, timeout=10)
-            except subprocess.TimeoutExpired:
-                pass  # it ends by itself MASTER_PERSIST seconds after its last session
-        with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(nodes))) as pool:
-            list(pool.map(close, [node["address"] for node in nodes]))
-    shutil.rmtree(control_dir, ignore_errors=True)
-
-
 def run_started(module):
     control_dir = ssh_masters(module)
+    module.supervised = False
     try:
         start_run(module, control_dir)
     finally:
         # fail_json and exit_json end the module through SystemExit: this runs after them too.
-        if control_dir:
+        # Once the supervisor runs, mpirun's daemons ride the masters and the supervisor closes them.
+        if control_dir and not module.supervised:
             # Not required=True: a missing ssh has failed the module already, with its own message.
-            ssh = module.get_bin_path("ssh")
-            others = [node for node in module.params["nodes"] if node["name"] != module.params["head"]]
-            close_ssh_masters(ssh, control_dir, others)
+            close_ssh_masters(module.get_bin_path("ssh"), control_dir,
+                              [node["address"] for node in module.params["nodes"]
+                               if node["name"] != module.params["head"]])
+
+
+class _Interrupt:
+    """Signals to the module itself: SIGTERM and SIGINT mean 'stop the run', SIGHUP 'stop
+    watching it'. Recorded here, acted on by the wait loop."""
+    signum = None
+
+    @classmethod
+    def handler(cls, signum, _frame):
+        cls.signum = signum
+
+
+def _caller_gone() -> bool:
+    """Ansible reads the module's stdout through a pipe (local) or sshd: when the reader is
+    gone (ansible-playbook killed, connection lost) a write would fail. poll() tells now."""
+    poller = select.poll()
+    poller.register(1, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poller.poll(0))
+
+
+def prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result):
+    """The run's directory on the head: hostfile, the plan for the supervisor, its files."""
+    p = module.params
+    try:
+        os.makedirs(p["log_dir"], mode=0o750, exist_ok=True)
+        os.mkdir(run_dir, 0o750)
+        os.chmod(run_dir, 0o750)  # mkdir's mode is cut by the umask
+        with open(os.open(plan.hostfile_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640),
+                  "w") as handle:
+            handle.write(rendered.hostfile)
+        lib = os.path.join(run_dir, "supervisor")
+        os.mkdir(lib, 0o750)
+        for name in SOURCES:
+            _node_probe.write_file(os.path.join(lib, name + ".py"), module_source(name).encode())
+        _node_probe.write_file(os.path.join(run_dir, PLAN_FILE),
+                               json.dumps(supervisor_plan, indent=1).encode())
+    except OSError as err:
+        module.fail_json(msg=f"cannot prepare the run directory {run_dir}: {err}", **result)
+    return lib
+
+
+def start_supervisor(module, run_dir, lib, env, result):
+    """The supervisor, in a session of its own: no signal meant for the module or its caller
+    reaches it, and it outlives them. Returns it once it has started the launcher (or ended)."""
+    log = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    try:
+        proc = subprocess.Popen([sys.executable, "-S", os.path.join(lib, "_run_supervisor.py"), run_dir],
+                                env=dict(env, **{_node_probe.SUPERVISOR_VAR: result["run_id"]}),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=run_dir)
+    except OSError as err:
+        module.fail_json(msg=f"cannot start the run's supervisor with {sys.executable}: {err}", **result)
+    finally:
+        os.close(log)
+    module.supervised = True
+    while True:
+        record = _run_record.read_state(run_dir)
+        if record and (record["launcher_pid"] or record["state"] != "running"):
+            return proc, record
+        if proc.poll() is not None:
+            with open(os.path.join(run_dir, "supervisor.log"), encoding="utf-8", errors="replace") as handle:
+                said = handle.read()[-2000:]
+            module.fail_json(msg=f"the run's supervisor exited with {proc.returncode} before starting "
+                                 f"the launcher: {said}", **result)
+        time.sleep(0.02)
+
+
+def ranks_started(module, plan, record, control_dir) -> bool:
+    """Whether a process of the run (torchrun, or a rank), not only mpirun and the supervisor,
+    runs on every node it can see (only the head where mpich nodes take no ssh)."""
+    head = next(node for node in plan.nodes if node.name == plan.head)
+    nodes = plan.nodes if module.params["check_nodes"] else [head]
+    launchers = {record["supervisor_pid"], record["launcher_pid"]}
+    answers = probe_nodes(nodes, plan.head, module.get_bin_path("ssh"), plan.python,
+                          {node.name: {"expect": {}} for node in nodes},
+                          control_dir=control_dir)
+    return all("error" not in answer and any(
+        proc["run_id"] == plan.run_id and proc["pid"] not in launchers for proc in answer["runs"])
+        for answer in answers.values())
+
+
+def follow_run(module, plan, run_dir, supervisor, control_dir) -> dict:
+    """Wait for the run: until its ranks run on every node (detach), or until it ends. The
+    module's own SIGTERM or SIGINT stops the run; its caller gone (ansible-playbook killed, the
+    connection lost, the terminal closed) leaves it running, owned by its supervisor."""
+    watched = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    for signum in watched:
+        signal.signal(signum, _Interrupt.handler)
+    stopping = False
+    while True:
+        record = _run_record.read_state(run_dir)
+        if record["state"] != "running":
+            supervisor.wait()
+            return record
+        if _Interrupt.signum in (signal.SIGTERM, signal.SIGINT) and not stopping:
+            supervisor.send_signal(signal.SIGTERM)
+            stopping = True
+        elif not stopping and (_Interrupt.signum == signal.SIGHUP or _caller_gone()):
+            os._exit(0)  # nobody to report to; the supervisor carries on
+        elif module.params["detach"] and not stopping and ranks_started(module, plan, record, control_dir):
+            return record
+        time.sleep(0.1)
 
 
 def start_run(module, control_dir):
@@ -1119,7 +865,7 @@ def start_run(module, control_dir):
         "env": rendered.display_env, "per_node_env": rendered.per_node_env,
         "nodes": list(rendered.nodes), "world_size": rendered.world_size, "log_dir": run_dir,
         "launcher_log": paths["launcher"], "rank_logs_dir": paths["ranks"],
-        "worker_logs_dir": paths["workers"],
+        "worker_logs_dir": paths["workers"], "state_file": os.path.join(run_dir, _run_record.STATE_FILE),
     }
     # {absolute path: base64 content}: the probes hash the decoded bytes and write the text.
     files, digests = {}, {}
@@ -1146,96 +892,55 @@ def start_run(module, control_dir):
     absent = [name for name in (*rendered.inherit, *rendered.secrets) if name not in env]
     if absent:  # mpirun would only warn and start the ranks without them
         module.fail_json(msg=f"not in the launcher's environment: {', '.join(absent)}", **result)
-    try:
-        os.makedirs(p["log_dir"], mode=0o750, exist_ok=True)
-        os.mkdir(run_dir, 0o750)
-        os.chmod(run_dir, 0o750)  # mkdir's mode is cut by the umask
-        with open(os.open(plan.hostfile_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640),
-                  "w") as handle:
-            handle.write(rendered.hostfile)
-        log = os.open(paths["launcher"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
-    except OSError as err:
-        module.fail_json(msg=f"cannot prepare the run directory {run_dir}: {err}", **result)
-
+    by_name = {node.name: node for node in plan.nodes}
+    supervisor_plan = {
+        "run_id": run_id, "argv": rendered.argv, "cwd": p["chdir"], "command": rendered.command,
+        "nodes": [vars(by_name[name]) for name in rendered.nodes], "head": plan.head,
+        "mode": plan.mode, "nproc": plan.nproc_per_node or by_name[plan.head].slots,
+        "world_size": rendered.world_size, "python": plan.python,
+        "ssh": module.get_bin_path("ssh") if len(plan.nodes) > 1 else None,
+        "check_nodes": p["check_nodes"], "control_dir": control_dir,
+        "launch_timeout": p["launch_timeout"], "stop_grace": p["stop_grace"], "paths": paths,
+    }
+    lib = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
     result["changed"] = True
-    watched = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-    previous = {signum: signal.signal(signum, _Interrupt.handler) for signum in watched}
-    started = time.monotonic()
-    timed_out, reason, survivors = False, None, []
-    try:
-        # A session of its own: one killpg reaches the launcher, and a terminal's ^C reaches
-        # only the module, which then stops the run in order.
-        proc = subprocess.Popen(rendered.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd=p["chdir"])
-    except OSError as err:
-        module.fail_json(msg=f"cannot start {rendered.argv[0]}: {err}", **result)
-    finally:
-        os.close(log)
-    try:
-        while True:
-            try:
-                proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if p["launch_timeout"] and time.monotonic() - started >= p["launch_timeout"]:
-                timed_out = True
-            elif _Interrupt.signum is not None:
-                reason = signal.Signals(_Interrupt.signum).name
-            elif _caller_gone():
-                reason = "the loss of the connection that started it"
-            if timed_out or reason:
-                survivors = _stop_launch(proc, run_id, p["stop_grace"])
-                break
-        if not (timed_out or reason):
-            # The launcher is gone; nothing of the run should be left on the head.
-            leftovers, survivors = end_run(run_id, p["stop_grace"])
-            if leftovers:
-                module.warn(f"{len(leftovers)} process(es) of run {run_id} outlived the launcher "
-                            f"on the head and were stopped")
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-    rc = exit_status(proc.returncode)
-    result.update(rc=rc, duration=round(time.monotonic() - started, 3), timed_out=timed_out,
-                  stdout_tail=read_tail(paths["launcher"]), rank0_tail=rank0_tail(plan.mode, paths))
-    # After a run that failed or was stopped, nothing of it may stay on any node. Open MPI ends
-    # the ranks it started, but torchrun's workers, in process groups of their own, can outlive
-    # a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false): Ansible does it.
-    ended = None
-    if (rc != 0 or timed_out or reason) and p["check_nodes"] and len(plan.nodes) > 1:
-        ended = end_run_on_nodes(plan.nodes, plan.head, module.get_bin_path("ssh", required=True),
-                                 plan.python, run_id, p["stop_grace"])
-        result.update(stopped_on_nodes=ended["stopped"],
-                      silent_nodes=[node["name"] for node in ended["silent"]])
-    left = cleanup_message(ended, name_silent=not timed_out) if ended else ""
-    if survivors:
-        pids = [proc_["pid"] for proc_ in survivors]
-        module.fail_json(msg=f"run {run_id}: processes {', '.join(map(str, pids))} survived "
-                             f"SIGKILL on the head; check them (uninterruptible I/O?){left}",
-                         survivors=pids, **result)
-    if timed_out:
-        # Which nodes still answer tells a node gone silent from a run that hung by itself.
-        silent = ended["silent"] if ended else None
-        module.fail_json(msg=timeout_message(run_id, p["launch_timeout"], p["stop_grace"], silent,
-                                             run_dir) + left, **result)
-    if reason:
-        module.fail_json(msg=f"the module was interrupted by {reason}; run {run_id} was stopped; "
-                             f"logs under {run_dir}{left}", **result)
-    if rc != 0:
-        by_name = {node.name: node for node in plan.nodes}
-        order = [by_name[name] for name in rendered.nodes]
-        nproc = plan.nproc_per_node or order[0].slots
-        failure = describe_failure(read_end(paths["launcher"]), order, plan.mode, paths, nproc)
-        result.update(failure)
-        module.fail_json(msg=failure_message(run_id, rc, failure, paths) + left, **result)
+    supervisor, record = start_supervisor(module, run_dir, lib, env, result)
+    record = follow_run(module, plan, run_dir, supervisor, control_dir)
+    for warning in record.get("warnings", []):
+        module.warn(warning)
+    keys = ("state", "rc", "duration", "timed_out", "stdout_tail", "rank0_tail", "failed_rank",
+            "failed_host", "failed_exit_code", "failed_log", "failed_log_tail", "stopped_on_nodes",
+            "silent_nodes", "survivors", "started", "ended", "msg")
+    result.update({key: record[key] for key in keys if key in record})
+    if record["state"] == "running":  # detached: the run goes on
+        module.exit_json(**result)
+    msg = result.pop("msg")
+    if _Interrupt.signum is not None:
+        msg = f"the module was interrupted by {signal.Signals(_Interrupt.signum).name}; {msg}"
+    if record["state"] != "succeeded":
+        module.fail_json(msg=msg, **result)
     module.exit_json(**result)
 
 
 # ---------------------------------------------------------------------------------------------
 # state=stopped
 # ---------------------------------------------------------------------------------------------
+
+def stop_supervisors(procs, grace: int) -> None:
+    """A run's supervisor, asked first, stops the whole run in order and records that it was
+    stopped; the sweep after it finds what it could not end. It needs TERM's grace on the
+    launcher, again on the head's leftovers, and the other nodes' clean-up (grace + 20 s)."""
+    supervisors = [proc for proc in procs if proc["supervisor"]]
+    for proc in supervisors:
+        try:
+            os.kill(proc["pid"], signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 3 * grace + 40
+    while time.monotonic() < deadline and any(
+            _run_record.process_start(proc["pid"]) is not None for proc in supervisors):
+        time.sleep(0.2)
+
 
 def run_stopped(module):
     run_id = module.params["run_id"]
@@ -1245,7 +950,9 @@ def run_stopped(module):
                           for proc in procs]}
     if module.check_mode or not procs:
         module.exit_json(**result)
-    survivors = stop_processes(procs, module.params["stop_grace"])
+    stop_supervisors(procs, module.params["stop_grace"])
+    left = find_run_processes({proc["run_id"] for proc in procs})
+    survivors = stop_processes(left, module.params["stop_grace"]) if left else []
     if survivors:
         pids = ", ".join(f"{proc['pid']} ({proc['run_id']})" for proc in survivors)
         module.fail_json(msg=f"processes survived SIGKILL: {pids}; check them (uninterruptible "
@@ -1288,6 +995,7 @@ ARGUMENT_SPEC = {
     "chdir": {"type": "path"},
     "file_contents": {"type": "dict", "default": {}, "no_log": True},
     "check_nodes": {"type": "bool", "default": True},
+    "detach": {"type": "bool", "default": False},
 }
 
 

@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +25,8 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_launch as tl
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_report as report
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_supervisor as supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "torchfleet.cluster.torchrun_launch"
@@ -49,6 +52,8 @@ if rank == 1 and action == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
 if action == "sleep":
     time.sleep(3600)
+if action == "nap":
+    time.sleep(8)
 """
 
 
@@ -158,6 +163,11 @@ def cluster(tmp_path):
     assert cluster.cleanup() == [], "a test left processes of its runs behind"
 
 
+def rank_text(result: dict, rank: int) -> str:
+    """A rank's stdout file without Open MPI's --tag-output tag ("[1,0]<stdout>:")."""
+    return re.sub(r"(?m)^\[\d+,\d+\]<\w+>:", "", rank_file(result, rank).read_text())
+
+
 def rank_file(result: dict, rank: int, stream: str = "stdout") -> Path:
     return Path(result["rank_logs_dir"]) / "1" / f"rank.{rank}" / stream
 
@@ -176,7 +186,7 @@ def test_success_runs_every_rank_and_keeps_their_logs(cluster):
     assert (run_dir / "hostfile").read_text() == f"{local_address()} slots=2\n"
     assert result["argv"][:3] == ["mpirun", "-np", "2"]
     for rank in (0, 1):
-        assert rank_file(result, rank).read_text().splitlines()[0] == \
+        assert rank_text(result, rank).splitlines()[0] == \
             f"RANK={rank} WORLD_SIZE=2 RUN={args['run_id']}"
     launcher = Path(result["launcher_log"]).read_text()
     assert f"RANK=0 WORLD_SIZE=2 RUN={args['run_id']}" in launcher
@@ -219,15 +229,16 @@ def test_launch_timeout_stops_the_whole_run(cluster):
     assert "outlived launch_timeout=3s and was stopped" in result["msg"]
     assert alive(args["run_id"]) == []  # the module checked before it returned
     for rank in (0, 1):  # the ranks had started
-        assert rank_file(result, rank).read_text().startswith(f"RANK={rank}")
+        assert rank_text(result, rank).startswith(f"RANK={rank}")
 
 
 def test_a_live_run_refuses_a_new_launch_until_stopped(cluster):
     first = cluster.args(env_set={"TF_TEST_ACTION": "sleep"})
     proc, tree = cluster.start(first)
     wait_for_ranks(first["run_id"])
-    pids = {p["pid"] for p in alive(first["run_id"])}  # mpirun and the two ranks
-    assert len(pids) == 3
+    pids = {p["pid"] for p in alive(first["run_id"])}  # the supervisor, mpirun and the two ranks
+    assert len(pids) == 4
+    assert [p["supervisor"] for p in alive(first["run_id"])].count(True) == 1
 
     rc, output, refused = cluster.run(cluster.args())
     assert rc != 0
@@ -253,11 +264,13 @@ def test_a_live_run_refuses_a_new_launch_until_stopped(cluster):
     assert any(p["cmdline"].startswith("mpirun ") for p in stopped["stopped"])
     assert alive(first["run_id"]) == []
 
-    # The first launch ends, failed, and says how it could have ended so.
+    # The first launch ends, failed: its supervisor stopped the run and recorded it so.
     proc.communicate(timeout=LIMIT)
     result = json.loads((tree / "localhost").read_text())
-    assert proc.returncode != 0 and result["rc"] != 0
-    assert "stopped from outside" in result["msg"]
+    assert proc.returncode != 0 and result["rc"] != 0 and result["state"] == "stopped"
+    assert f"run {first['run_id']} was stopped (SIGTERM to its supervisor" in result["msg"]
+    record = json.loads((cluster.runs_dir / first["run_id"] / "state.json").read_text())
+    assert record["state"] == "stopped" and record["rc"] == result["rc"]
 
     # Nothing left: stopping again changes nothing, and a launch goes ahead.
     rc, output, again = cluster.run({"state": "stopped", "run_id": first["run_id"]})
@@ -341,7 +354,7 @@ def test_secret_values_reach_the_ranks_and_nothing_else(cluster):
     assert rc == 0, output
     digest = hashlib.sha256(secret.encode()).hexdigest()
     for rank in (0, 1):
-        assert f"SECRET_SHA256={digest}" in rank_file(result, rank).read_text()
+        assert f"SECRET_SHA256={digest}" in rank_text(result, rank)
     assert secret not in output
     assert secret not in json.dumps(result)
     assert result["env"]["TF_TEST_SECRET"] == "<redacted>"
@@ -370,13 +383,18 @@ def test_missing_env_pass_name_fails_before_anything_runs(cluster):
 
 
 def _module_pid(run_id: str) -> int:
-    """The module is the launcher's parent."""
+    """The launcher's parent is the run's supervisor, whose parent is the module (while it runs)."""
     launcher = poll(lambda: [p for p in alive(run_id) if p["cmdline"].startswith("mpirun ")],
                     "the launcher")[0]
-    return _ppid(launcher["pid"])
+    return _ppid(_ppid(launcher["pid"]))
+
+
+def record_of(cluster, run_id: str) -> dict:
+    return json.loads((cluster.runs_dir / run_id / "state.json").read_text())
 
 
 def test_terminating_the_module_stops_the_run(cluster):
+    # SIGTERM to the module itself (not to whatever started it) is an explicit stop.
     args = cluster.args(env_set={"TF_TEST_ACTION": "sleep"}, stop_grace=2)
     proc, tree = cluster.start(args)
     wait_for_ranks(args["run_id"])
@@ -384,12 +402,13 @@ def test_terminating_the_module_stops_the_run(cluster):
     output, _ = proc.communicate(timeout=LIMIT)
     result = json.loads((tree / "localhost").read_text())
     assert "the module was interrupted by SIGTERM" in result["msg"], output
+    assert result["state"] == "stopped" and record_of(cluster, args["run_id"])["state"] == "stopped"
     assert alive(args["run_id"]) == []
 
 
-def test_interrupting_ansible_stops_the_run(cluster):
-    # ^C on ansible: it passes SIGINT to its worker, which dies; the module sees that nobody
-    # reads its output any more (its own session gets no SIGINT from the terminal).
+def test_interrupting_ansible_on_the_head_stops_the_run(cluster):
+    # ^C on ansible with a local connection (the controller is the head): it passes SIGINT to
+    # its worker, which passes it to its process group, the module among it: an explicit stop.
     args = cluster.args(env_set={"TF_TEST_ACTION": "sleep"}, stop_grace=2)
     proc, tree = cluster.start(args)
     wait_for_ranks(args["run_id"])
@@ -398,12 +417,14 @@ def test_interrupting_ansible_stops_the_run(cluster):
     proc.communicate(timeout=LIMIT)
     poll(lambda: not alive(args["run_id"]), "the run to be stopped")
     poll(lambda: not _running(module), "the module to exit")
+    assert record_of(cluster, args["run_id"])["state"] == "stopped"
 
 
-def test_losing_the_caller_stops_the_run(cluster):
-    # Ansible killed outright (or its SSH connection gone): SIGKILL to everything between the
-    # module and ansible, so nobody reads the module's output any more.
-    args = cluster.args(env_set={"TF_TEST_ACTION": "sleep"}, stop_grace=2)
+def test_losing_the_caller_leaves_the_run_to_its_supervisor(cluster):
+    # Changed with runs that belong to the cluster: ansible killed outright (or its ssh
+    # connection gone, a terminal closed) used to stop the run; now the run goes on, and its
+    # supervisor records how it ended. SIGKILL to everything between the module and ansible.
+    args = cluster.args(env_set={"TF_TEST_ACTION": "nap"}, stop_grace=2)
     proc, tree = cluster.start(args)
     wait_for_ranks(args["run_id"])
     module = _module_pid(args["run_id"])
@@ -418,8 +439,13 @@ def test_losing_the_caller_stops_the_run(cluster):
         except ProcessLookupError:
             pass
     proc.communicate(timeout=LIMIT)
-    poll(lambda: not alive(args["run_id"]), "the run to be stopped")
     poll(lambda: not _running(module), "the module to exit")
+    assert record_of(cluster, args["run_id"])["state"] == "running"
+    assert len([p for p in alive(args["run_id"]) if "train.py" in p["cmdline"]]) == 2
+    poll(lambda: record_of(cluster, args["run_id"])["state"] != "running", "the run to end")
+    record = record_of(cluster, args["run_id"])
+    assert (record["state"], record["rc"]) == ("succeeded", 0), record
+    assert alive(args["run_id"]) == []
 
 
 def _ppid(pid: int) -> int:

@@ -74,7 +74,7 @@ TORCHRUN_3X2 = [
     "--mca", "oob_tcp_keepalive_probes", "3",
     "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include", "eth0",
     "-x", "TORCHFLEET_RUN_ID", "-x", "NCCL_SOCKET_IFNAME", "-x", "GLOO_SOCKET_IFNAME",
-    "/bin/sh", "-c",
+    "--tag-output", "/bin/sh", "-c",
     'exec torchrun --nnodes=3 --node-rank="${OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}"'
     ' --nproc-per-node=2 --rdzv-backend=static --rdzv-endpoint=172.18.0.2:29500 --rdzv-id=run-1'
     ' /opt/tf/train.py "$@"',
@@ -233,7 +233,7 @@ def test_log_dir_root_and_extra_args_go_before_the_program():
                                 mpirun_extra_args=("--mca", "btl_tcp_links", "2", "--tag-output")))
     argv = rendered.argv
     sh = argv.index("/bin/sh")
-    assert argv[sh - 7:sh] == ["--output-filename", "/var/log/torchfleet/run-1",
+    assert argv[sh - 8:sh] == ["--output-filename", "/var/log/torchfleet/run-1", "--tag-output",
                                "--allow-run-as-root", "--mca", "btl_tcp_links", "2", "--tag-output"]
 
 

@@ -33,6 +33,8 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe as node_probe
 from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_launch as tl
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_report as report
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_supervisor as supervisor
 
 CAPTURED = Path(__file__).parent / "captured"
 
@@ -48,14 +50,14 @@ def captured(name: str) -> str:
 @pytest.mark.parametrize("returncode, status", [(0, 0), (1, 1), (3, 3), (137, 137),
                                                 (-9, 137), (-15, 143), (-2, 130)])
 def test_death_by_signal_is_128_plus_n_never_zero(returncode, status):
-    assert tl.exit_status(returncode) == status
+    assert report.exit_status(returncode) == status
 
 
 def test_signal_names():
-    assert tl.signal_name(137) == "SIGKILL"
-    assert tl.signal_name(143) == "SIGTERM"
-    assert tl.signal_name(3) is None
-    assert tl.signal_name(128) is None
+    assert report.signal_name(137) == "SIGKILL"
+    assert report.signal_name(143) == "SIGTERM"
+    assert report.signal_name(3) is None
+    assert report.signal_name(128) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,14 +65,14 @@ def test_signal_names():
 # ---------------------------------------------------------------------------------------------
 
 def test_torchrun_summary_worker_exit_code():
-    failures = tl.parse_torchrun_failures(captured("torchrun_exit3.log"))
+    failures = report.parse_torchrun_failures(captured("torchrun_exit3.log"))
     assert failures == [{"time": "2026-11-21_06:46:47", "host": "localhost", "rank": 1,
                          "local_rank": 1, "exit_code": 3}]
 
 
 def test_torchrun_summary_worker_killed_by_signal():
     # torchrun prints "exitcode  : -9 (pid: N)  (SIGKILL)"; reported the shell way: 137.
-    failure = tl.first_torchrun_failure(captured("torchrun_signal9.log"))
+    failure = report.first_torchrun_failure(captured("torchrun_signal9.log"))
     assert failure["rank"] == 0 and failure["local_rank"] == 0
     assert failure["exit_code"] == 128 + signal.SIGKILL
 
@@ -78,7 +80,7 @@ def test_torchrun_summary_worker_killed_by_signal():
 def test_torchrun_summary_takes_the_root_cause_not_the_other_failures():
     # Rank 1 exited 11 first; rank 0 was then terminated by torchrun (-15) and is listed under
     # "Failures:", not as the root cause.
-    failures = tl.parse_torchrun_failures(captured("torchrun_two_failures.log"))
+    failures = report.parse_torchrun_failures(captured("torchrun_two_failures.log"))
     assert [(f["rank"], f["exit_code"]) for f in failures] == [(1, 11)]
 
 
@@ -95,8 +97,8 @@ def test_first_failure_across_nodes_is_the_earliest():
     block = captured("torchrun_exit3.log")
     text = (_as_node(block, "gpu03", "2026-11-21_06:46:58", 5)
             + _as_node(block, "gpu02", "2026-11-21_06:46:50", 3))
-    assert [f["host"] for f in tl.parse_torchrun_failures(text)] == ["gpu03", "gpu02"]
-    first = tl.first_torchrun_failure(text)
+    assert [f["host"] for f in report.parse_torchrun_failures(text)] == ["gpu03", "gpu02"]
+    first = report.first_torchrun_failure(text)
     assert (first["host"], first["rank"], first["exit_code"]) == ("gpu02", 3, 3)
 
 
@@ -104,19 +106,19 @@ def test_same_second_goes_to_the_one_printed_first():
     block = captured("torchrun_exit3.log")
     text = (_as_node(block, "gpu03", "2026-11-21_06:46:50", 5)
             + _as_node(block, "gpu02", "2026-11-21_06:46:50", 3))
-    assert tl.first_torchrun_failure(text)["host"] == "gpu03"
+    assert report.first_torchrun_failure(text)["host"] == "gpu03"
 
 
 def test_summary_lines_with_an_output_tag_still_parse():
     # mpirun --tag-output (allowed in mpirun_extra_args) prefixes every forwarded line.
     lines = captured("torchrun_exit3.log").splitlines()
     tagged = "\n".join(f"[1,0]<stderr>:{line}" for line in lines)
-    assert tl.first_torchrun_failure(tagged)["rank"] == 1
+    assert report.first_torchrun_failure(tagged)["rank"] == 1
 
 
 def test_no_summary_no_failure():
-    assert tl.first_torchrun_failure(captured("rank_exit3.log")) is None
-    assert tl.first_torchrun_failure("") is None
+    assert report.first_torchrun_failure(captured("rank_exit3.log")) is None
+    assert report.first_torchrun_failure("") is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,23 +126,23 @@ def test_no_summary_no_failure():
 # ---------------------------------------------------------------------------------------------
 
 def test_open_mpi_rank_exit_code():
-    assert tl.parse_mpirun_failure(captured("rank_exit3.log")) == {
+    assert report.parse_mpirun_failure(captured("rank_exit3.log")) == {
         "rank": 1, "host": None, "exit_code": 3}
 
 
 def test_open_mpi_rank_killed_by_signal():
-    assert tl.parse_mpirun_failure(captured("rank_signal9.log")) == {
+    assert report.parse_mpirun_failure(captured("rank_signal9.log")) == {
         "rank": 1, "host": "vm", "exit_code": 137}
 
 
 def test_open_mpi_names_the_torchrun_process_in_torchrun_mode():
     # In torchrun mode the MPI process is the node's torchrun, which exits 1 for any failure.
-    assert tl.parse_mpirun_failure(captured("torchrun_exit3.log")) == {
+    assert report.parse_mpirun_failure(captured("torchrun_exit3.log")) == {
         "rank": 0, "host": None, "exit_code": 1}
 
 
 def test_success_has_no_failure():
-    assert tl.parse_mpirun_failure("RANK 0 WORLD_SIZE 2\nRANK 1 WORLD_SIZE 2\n") is None
+    assert report.parse_mpirun_failure("RANK 0 WORLD_SIZE 2\nRANK 1 WORLD_SIZE 2\n") is None
 
 
 NODES = [Node("head", "10.0.0.1", 4), Node("w1", "10.0.0.2", 2), Node("w2", "10.0.0.3", 2)]
@@ -152,7 +154,7 @@ NODES = [Node("head", "10.0.0.1", 4), Node("w1", "10.0.0.2", 2), Node("w2", "10.
     (0, "torchrun", "head"), (2, "torchrun", "w2"), (3, "torchrun", None), (1, "mpich", "w1"),
 ])
 def test_rank_to_node(rank, mode, expected):
-    assert tl.rank_node(rank, NODES, mode) == expected
+    assert report.rank_node(rank, NODES, mode) == expected
 
 
 # ---------------------------------------------------------------------------------------------
@@ -169,11 +171,11 @@ def test_rank_mode_failure_on_the_head_reads_the_ranks_file(tmp_path):
     rank_dir.mkdir(parents=True)
     (rank_dir / "stderr").write_text("Traceback ...\nValueError: bad batch\n")
     nodes = [Node("here", "10.0.0.1", 2)]
-    failure = tl.describe_failure(captured("rank_exit3.log"), nodes, "rank", _paths(tmp_path))
+    failure = report.describe_failure(captured("rank_exit3.log"), nodes, "rank", _paths(tmp_path))
     assert failure == {"failed_rank": 1, "failed_host": "here", "failed_exit_code": 3,
                        "failed_log": str(rank_dir / "stderr"),
                        "failed_log_tail": ["Traceback ...", "ValueError: bad batch"]}
-    message = tl.failure_message("r1", 3, failure, _paths(tmp_path))
+    message = report.failure_message("r1", 3, failure, _paths(tmp_path))
     assert "rank 1 on here exited with code 3 first" in message
     assert str(rank_dir / "stderr") in message and str(tmp_path / "launcher.log") in message
 
@@ -182,12 +184,12 @@ def test_rank_mode_failure_elsewhere_points_at_that_node(tmp_path):
     # Rank 1 of a 1+1 slot plan ran on w1: its file is there, the tail comes from the launcher.
     nodes = [Node("head", "10.0.0.1", 1), Node("w1", "10.0.0.2", 1)]
     text = captured("rank_signal9.log")
-    failure = tl.describe_failure(text, nodes, "rank", _paths(tmp_path))
+    failure = report.describe_failure(text, nodes, "rank", _paths(tmp_path))
     assert failure["failed_host"] == "w1"
     assert failure["failed_exit_code"] == 137
     assert failure["failed_log"] == f"{tmp_path}/ranks/*/rank.1/stderr"
     assert failure["failed_log_tail"] == text.splitlines()[-20:]
-    message = tl.failure_message("r1", 137, failure, _paths(tmp_path))
+    message = report.failure_message("r1", 137, failure, _paths(tmp_path))
     assert "rank 1 on w1 was killed by SIGKILL (exit code 137) first" in message
 
 
@@ -197,7 +199,7 @@ def test_empty_rank_log_falls_back_to_the_launcher_log(tmp_path):
     rank_dir.mkdir(parents=True)
     (rank_dir / "stderr").write_text("")
     text = captured("rank_signal9.log")
-    failure = tl.describe_failure(text, [Node("here", "10.0.0.1", 2)], "rank", _paths(tmp_path))
+    failure = report.describe_failure(text, [Node("here", "10.0.0.1", 2)], "rank", _paths(tmp_path))
     assert failure["failed_log"] == str(rank_dir / "stderr")
     assert failure["failed_log_tail"] == text.splitlines()[-20:]
 
@@ -207,7 +209,7 @@ def test_torchrun_failure_reads_the_worker_log(tmp_path):
     worker.mkdir(parents=True)
     (worker / "stderr.log").write_text("rank failing\n")
     nodes = [Node("here", "10.0.0.1", 2)]
-    failure = tl.describe_failure(captured("torchrun_exit3.log"), nodes, "torchrun",
+    failure = report.describe_failure(captured("torchrun_exit3.log"), nodes, "torchrun",
                                   _paths(tmp_path))
     assert failure == {"failed_rank": 1, "failed_host": "here", "failed_exit_code": 3,
                        "failed_log": str(worker / "stderr.log"),
@@ -220,18 +222,18 @@ def test_torchrun_launcher_failure_without_summary_names_the_node(tmp_path):
     text = captured("torchrun_exit3.log").split("torch.distributed.elastic")[0] + \
         captured("torchrun_exit3.log")[captured("torchrun_exit3.log").index("-----"):]
     text = text.replace("Root Cause", "")
-    failure = tl.describe_failure(text, NODES, "torchrun", _paths(tmp_path))
+    failure = report.describe_failure(text, NODES, "torchrun", _paths(tmp_path))
     assert (failure["failed_rank"], failure["failed_host"], failure["failed_exit_code"]) == (
         None, "head", 1)
-    assert "the launcher on head exited with code 1" in tl.failure_message(
+    assert "the launcher on head exited with code 1" in report.failure_message(
         "r", 1, failure, _paths(tmp_path))
 
 
 def test_unexplained_failure_says_where_to_look(tmp_path):
-    failure = tl.describe_failure("ssh: connect to host 10.0.0.2 port 22: No route to host\n",
+    failure = report.describe_failure("ssh: connect to host 10.0.0.2 port 22: No route to host\n",
                                   NODES, "rank", _paths(tmp_path))
     assert failure["failed_rank"] is None and failure["failed_exit_code"] is None
-    message = tl.failure_message("r", 1, failure, _paths(tmp_path))
+    message = report.failure_message("r", 1, failure, _paths(tmp_path))
     assert "exited with rc 1 without naming a failed rank" in message
     assert str(tmp_path / "launcher.log") in message
 
@@ -243,25 +245,25 @@ LOCAL_NODES = [Node("tf-tffault-node0", "172.19.0.2", 1), Node("tf-tffault-node1
 
 def test_open_mpi_lost_daemon_names_the_node():
     text = captured("torchrun_lost_daemon.log")
-    assert tl.parse_lost_daemon(text) == "172.19.0.4"
+    assert report.parse_lost_daemon(text) == "172.19.0.4"
     # Nothing else in that log names a failure: no rank failed, the node's daemon went away.
-    assert tl.parse_mpirun_failure(text) is None and tl.first_torchrun_failure(text) is None
-    assert tl.parse_lost_daemon(captured("torchrun_signal9.log")) is None
+    assert report.parse_mpirun_failure(text) is None and report.first_torchrun_failure(text) is None
+    assert report.parse_lost_daemon(captured("torchrun_signal9.log")) is None
 
 
 def test_lost_daemon_is_reported_as_that_node(tmp_path):
-    failure = tl.describe_failure(captured("torchrun_lost_daemon.log"), LOCAL_NODES, "torchrun",
+    failure = report.describe_failure(captured("torchrun_lost_daemon.log"), LOCAL_NODES, "torchrun",
                                   _paths(tmp_path), 1)
     assert (failure["failed_rank"], failure["failed_host"], failure["failed_exit_code"]) == (
         None, "tf-tffault-node2", None)
-    message = tl.failure_message("r", 205, failure, _paths(tmp_path))
+    message = report.failure_message("r", 205, failure, _paths(tmp_path))
     assert "Open MPI lost contact with its daemon on tf-tffault-node2" in message
     assert "without naming a failed rank" not in message
 
 
 def test_a_lost_node_outside_the_plan_keeps_the_name_open_mpi_printed():
-    assert tl.node_named("172.19.0.9", LOCAL_NODES) == "172.19.0.9"
-    assert tl.node_named("tf-tffault-node1", LOCAL_NODES) == "tf-tffault-node1"
+    assert report.node_named("172.19.0.9", LOCAL_NODES) == "172.19.0.9"
+    assert report.node_named("tf-tffault-node1", LOCAL_NODES) == "tf-tffault-node1"
 
 
 def test_the_clean_up_after_a_failed_run_names_what_it_ended_and_the_silent_nodes(tmp_path):
@@ -282,7 +284,7 @@ def test_the_clean_up_after_a_failed_run_names_what_it_ended_and_the_silent_node
     fake.chmod(0o755)
     nodes = NODES + [Node("w3", "10.0.0.4", 2)]
     started = time.monotonic()
-    ended = tl.end_run_on_nodes(nodes, "head", str(fake), "python3", "r1", grace=3, timeout=2)
+    ended = supervisor.end_run_on_nodes(nodes, "head", str(fake), "python3", "r1", grace=3, timeout=2)
     assert time.monotonic() - started < 10  # bounded by `timeout`, not by the hung node
     assert json.loads(request.read_text()) == {"stop": {"run_id": "r1", "grace": 3}}
     assert ended == {
@@ -290,11 +292,11 @@ def test_the_clean_up_after_a_failed_run_names_what_it_ended_and_the_silent_node
         "silent": [{"name": "w2", "address": "10.0.0.3",
                     "error": "ssh: connect to host 10.0.0.3 port 22: No route to host"},
                    {"name": "w3", "address": "10.0.0.4", "error": "no answer within 2 s"}]}
-    said = tl.cleanup_message(ended)
+    said = report.cleanup_message(ended)
     assert said.startswith("; could not reach w2, w3 to end what is left of the run there")
     assert "launch.yml -e action=stop" in said
-    assert tl.cleanup_message(ended, name_silent=False) == ""  # a timeout's message names them
-    assert "survived SIGKILL on w1: 41" in tl.cleanup_message(
+    assert report.cleanup_message(ended, name_silent=False) == ""  # a timeout's message names them
+    assert "survived SIGKILL on w1: 41" in report.cleanup_message(
         {"stopped": {}, "survivors": {"w1": [41]}, "silent": []})
 
 
@@ -344,31 +346,31 @@ def test_closing_the_masters_asks_each_to_exit_and_removes_their_directory(tmp_p
     control_dir = tmp_path / "masters"
     control_dir.mkdir()
     (control_dir / "0123abcd").touch()  # a master's socket
-    tl.close_ssh_masters(str(fake), str(control_dir), [{"address": "10.0.0.2"}, {"address": "10.0.0.3"}])
+    supervisor.close_ssh_masters(str(fake), str(control_dir), ["10.0.0.2", "10.0.0.3"])
     assert sorted(calls.read_text().splitlines()) == [
         f"-o ControlPath={control_dir}/%C -O exit 10.0.0.2", f"-o ControlPath={control_dir}/%C -O exit 10.0.0.3"]
     assert not control_dir.exists()
     empty = tmp_path / "none"
     empty.mkdir()
-    tl.close_ssh_masters(None, str(empty), [{"address": "10.0.0.2"}])  # no ssh: nothing to ask
+    supervisor.close_ssh_masters(None, str(empty), ["10.0.0.2"])  # no ssh: nothing to ask
     assert not empty.exists()
 
 
 def test_timeout_message_names_the_silent_nodes():
     silent = [{"name": "w2", "address": "10.0.0.3", "error": "No route to host"}]
-    message = tl.timeout_message("r", 60, 10, silent, "/runs/r")
+    message = report.timeout_message("r", 60, 10, silent, "/runs/r")
     assert message.startswith("run r outlived launch_timeout=60s and was stopped")
     assert "these nodes went silent, they do not answer ssh from the head: w2 (10.0.0.3)" in message
     assert "launch.yml -e action=stop" in message and message.endswith("logs under /runs/r")
-    assert "every node answers ssh" in tl.timeout_message("r", 60, 10, [], "/runs/r")
-    assert "ssh" not in tl.timeout_message("r", 60, 10, None, "/runs/r")  # not probed
+    assert "every node answers ssh" in report.timeout_message("r", 60, 10, [], "/runs/r")
+    assert "ssh" not in report.timeout_message("r", 60, 10, None, "/runs/r")  # not probed
 
 
 def test_read_tail_of_a_long_log(tmp_path):
     log = tmp_path / "launcher.log"
     log.write_text("".join(f"line {i}\n" for i in range(200000)))
-    assert tl.read_tail(str(log)) == [f"line {i}" for i in range(199980, 200000)]
-    assert tl.read_tail(str(tmp_path / "missing")) == []
+    assert report.read_tail(str(log)) == [f"line {i}" for i in range(199980, 200000)]
+    assert report.read_tail(str(tmp_path / "missing")) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,14 +441,14 @@ def test_user_run_ids_follow_the_renderer_rule(run_id):
 
 def test_run_id_from_proc_environ_bytes():
     raw = b"PATH=/bin\0TORCHFLEET_RUN_ID=tf-1\0HOME=/root\0"
-    assert node_probe.run_id_of(raw) == "tf-1"
-    assert node_probe.run_id_of(b"PATH=/bin\0XTORCHFLEET_RUN_ID=no\0") is None
-    assert node_probe.run_id_of(b"") is None  # a zombie's environ
+    assert node_probe.env_value(raw) == "tf-1"
+    assert node_probe.env_value(b"PATH=/bin\0XTORCHFLEET_RUN_ID=no\0") is None
+    assert node_probe.env_value(b"") is None  # a zombie's environ
 
 
 def test_group_runs():
     procs = [{"pid": 5, "run_id": "b"}, {"pid": 3, "run_id": "a"}, {"pid": 7, "run_id": "b"}]
-    assert tl.group_runs(procs) == [{"run_id": "a", "pids": [3]}, {"run_id": "b", "pids": [5, 7]}]
+    assert report.group_runs(procs) == [{"run_id": "a", "pids": [3]}, {"run_id": "b", "pids": [5, 7]}]
 
 
 # Lines of a real /proc/net/tcp: a listener on 0.0.0.0:29577 (0x7389), one on :2024, and
@@ -558,7 +560,7 @@ def test_the_probes_stop_ends_that_run_alone_and_names_what_it_ended():
 def test_the_probe_runs_alone_as_the_head_sends_it(tmp_path):
     # The head runs the file's source with `python -c` on the other nodes: it must need nothing
     # but the standard library, and answer JSON for the JSON request on stdin.
-    argv = shlex.split(tl.probe_command(sys.executable))
+    argv = shlex.split(supervisor.probe_command(sys.executable))
     assert argv[:3] == [sys.executable, "-S", "-c"]
     target = tmp_path / "t.py"
     done = subprocess.run(argv, input=json.dumps({"expect": {str(target): "0" * 40}}),

@@ -1,0 +1,211 @@
+"""A run's record on the head, and its output as it is written.
+
+Each run has a directory on the head (`log_dir/RUN_ID`). Its supervisor keeps `state.json`
+there: run id, command, nodes, world size, started, state, rc, duration, the failure's details.
+It is replaced whole (write, then rename), so a reader never sees half a record. A record that
+says `running` while its supervisor is gone (killed, OOM, the head rebooted) reads as `lost`.
+
+The launch module, the supervisor and torchrun_run_info import this file; the torchfleet
+command runs it on the head over ssh (`python3 -S -c <this file> follow RUN_DIR`) to stream a
+run's output and to wait for its end. So it imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+
+STATE_FILE = "state.json"
+LAUNCHER_LOG = "launcher.log"
+ENDED = ("succeeded", "failed", "stopped", "timed_out")
+# The follower's lines on stdout: "L <output line>" while the run goes on, "E <record>" once.
+LINE, END = "L ", "E "
+POLL = 0.05  # seconds between looks at a quiet log: a written line is shown within about this
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def process_start(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot) from /proc: with the boot id, it tells
+    a live process from a later one that got the same pid. None when gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == b"Z" else int(fields[19])
+
+
+def write_state(run_dir: str, record: dict) -> None:
+    """Replace the run's record whole: a reader sees the old one or the new one."""
+    path = os.path.join(run_dir, STATE_FILE)
+    partial = f"{path}.{os.getpid()}.partial"
+    with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640), "w") as handle:
+        json.dump(record, handle, indent=1, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+
+
+def supervisor_alive(record: dict) -> bool:
+    pid = record.get("supervisor_pid")
+    return (bool(pid) and record.get("boot_id") == boot_id()
+            and process_start(pid) == record.get("supervisor_start"))
+
+
+def read_state(run_dir: str) -> dict | None:
+    """The run's record; `running` with its supervisor gone reads as `lost`. None if none."""
+    try:
+        with open(os.path.join(run_dir, STATE_FILE), encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if record.get("state") == "running" and not supervisor_alive(record):
+        record["state"] = "lost"
+    return record
+
+
+def list_runs(log_dir: str, run_id: str | None = None) -> list[dict]:
+    """The records under `log_dir`, newest first (run ids sort by their start); only `run_id`'s
+    if given. Directories without a record (runs from before records) are left out."""
+    try:
+        names = [run_id] if run_id else os.listdir(log_dir)
+    except OSError:
+        return []
+    records = [read_state(os.path.join(log_dir, name)) for name in names]
+    found = [record for record in records if record]
+    return sorted(found, key=lambda record: (record.get("started_at", 0), record["run_id"]), reverse=True)
+
+
+def newest_run(log_dir: str) -> str | None:
+    found = list_runs(log_dir)
+    return found[0]["run_id"] if found else None
+
+
+# Open MPI's --tag-output: "[JOB,RANK]<stdout>:" before each line of a process (the node's torchrun
+# in torchrun mode, the rank itself in rank mode); torchrun's --tee: "[defaultLOCAL_RANK]:".
+_MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>: ?")
+_WORKER_TAG = re.compile(r"^\[[A-Za-z_]\w*?(\d+)\]:")
+
+
+def labelled(line: str, record: dict) -> tuple[int | None, str | None, str]:
+    """(global rank or None, node name or None, the line without launcher tags) for a line of
+    launcher.log. A line with no rank is the launcher's own (torchrun, mpirun)."""
+    tag = _MPI_TAG.match(line)
+    if not tag:
+        return None, None, line
+    process, text = int(tag.group(1)), line[tag.end():]
+    nodes, mode = record.get("nodes") or [], record.get("mode")
+    if mode == "rank":
+        rank, index = process, None
+        for position, slots in enumerate(record.get("slots") or []):
+            if rank < sum((record.get("slots") or [])[:position + 1]):
+                index = position
+                break
+        return rank, nodes[index] if index is not None else None, text
+    host = nodes[process] if 0 <= process < len(nodes) else None
+    worker = _WORKER_TAG.match(text)
+    if not worker:
+        return None, host, text
+    return process * (record.get("nproc") or 1) + int(worker.group(1)), host, text[worker.end():]
+
+
+def shown(line: str, record: dict, ranks: str) -> str | None:
+    """What a follower prints of a launcher.log line: with `ranks` "0" rank 0's lines bare and
+    the launcher's own messages (mpirun's errors), with "all" every line, a rank's as
+    `[rank N host] ...`, a node's torchrun as `[host] ...`; with "none" nothing."""
+    if ranks == "none":
+        return None
+    rank, host, text = labelled(line, record)
+    if ranks == "all":
+        if rank is not None:
+            return f"[rank {rank} {host}] {text}"
+        return f"[{host}] {text}" if host else text
+    if rank == 0:
+        return text
+    return text if host is None else None
+
+
+def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: float = 30,
+           out=None) -> dict:
+    """Print the run's output as it is written (LINE-prefixed, see `shown`) until the run has
+    ended, then its record (END-prefixed, JSON); returns the record."""
+    out = out or sys.stdout
+    deadline = time.monotonic() + wait_start
+    record = read_state(run_dir)
+    while record is None:  # the supervisor writes the record as it starts
+        if time.monotonic() >= deadline:
+            record = {"state": "unknown", "msg": f"no run record in {run_dir}"}
+            out.write(END + json.dumps(record) + "\n")
+            out.flush()
+            return record
+        time.sleep(POLL)
+        record = read_state(run_dir)
+    path = os.path.join(run_dir, LAUNCHER_LOG)
+    position, partial = None, b""
+    while True:
+        ended = record.get("state") not in ("running",)
+        try:
+            with open(path, "rb") as handle:
+                if position is None:
+                    position = 0 if from_start else handle.seek(0, os.SEEK_END)
+                handle.seek(position)
+                data = handle.read()
+        except FileNotFoundError:
+            data = b""
+        position = (position or 0) + len(data)
+        lines = (partial + data).split(b"\n")
+        partial = lines.pop()
+        if ended and partial:  # the run is over: nothing will complete the last line
+            lines.append(partial)
+            partial = b""
+        for raw in lines:
+            text = shown(raw.decode("utf-8", "replace"), record, ranks)
+            if text is not None:
+                out.write(LINE + text + "\n")
+        if lines:
+            out.flush()
+        if ended:
+            out.write(END + json.dumps(record) + "\n")
+            out.flush()
+            return record
+        if not data:
+            time.sleep(POLL)
+        # Read the log once more after the record says the run ended: the launcher's last words
+        # were written before the record.
+        record = read_state(run_dir) or record
+
+
+def main(argv: list[str]) -> int:
+    """follow RUN_DIR_OR_LOG_DIR [RANKS [FROM_START]]: the newest run when given the log dir."""
+    if len(argv) < 2 or argv[0] != "follow":
+        sys.stderr.write("usage: follow RUN_DIR|LOG_DIR [0|all|none] [start|now]\n")
+        return 2
+    where = os.path.expanduser(argv[1])
+    if not os.path.exists(os.path.join(where, STATE_FILE)):
+        run_id = newest_run(where)
+        if run_id is None:
+            sys.stdout.write(END + json.dumps({"state": "unknown", "msg": f"no run under {where}"}) + "\n")
+            return 0
+        where = os.path.join(where, run_id)
+    ranks = argv[2] if len(argv) > 2 else "0"
+    from_start = (argv[3] if len(argv) > 3 else "start") == "start"
+    try:
+        follow(where, ranks, from_start)
+    except BrokenPipeError:  # the reader went (the torchfleet command ended); the run goes on
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,281 @@
+"""What a run's logs say: its exit status, the first rank that failed and where, and the words a
+user reads about it.
+
+Used by the launch module and by the run's supervisor on the head (which runs this file outside
+Ansible), so it imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import signal
+
+STOP_HINT = "ansible-playbook launch.yml -e action=stop (or: torchfleet stop)"
+TAIL_LINES = 20
+
+
+def exit_status(returncode: int) -> int:
+    """Shell convention: Popen's -N (killed by signal N) becomes 128+N, so it is never 0."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def signal_name(status: int) -> str | None:
+    if status <= 128:
+        return None
+    try:
+        return signal.Signals(status - 128).name
+    except ValueError:
+        return None
+
+
+
+
+# torchrun's summary, one per node whose workers failed:
+#   Root Cause (first observed failure):
+#   [0]:
+#     time      : 2026-11-21_06:37:49
+#     host      : gpu02
+#     rank      : 5 (local_rank: 1)
+#     exitcode  : -9 (pid: 7689)  (SIGKILL)
+_ROOT_CAUSE = "Root Cause (first observed failure):"
+_SUMMARY_FIELD = re.compile(r"\b(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
+_SUMMARY_RANK = re.compile(r"(\d+)\s*\(local_rank:\s*(\d+)\)")
+_SUMMARY_EXIT = re.compile(r"(-?\d+)")
+
+
+def parse_torchrun_failures(text: str) -> list[dict]:
+    """Every root cause block in a launcher log, in the order they appear."""
+    failures = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if _ROOT_CAUSE not in line:
+            continue
+        fields = {}
+        for follow in lines[i + 1:i + 10]:
+            match = _SUMMARY_FIELD.search(follow)
+            if match:
+                fields.setdefault(match.group(1), match.group(2).strip())
+            if "traceback" in fields:
+                break
+        rank = _SUMMARY_RANK.match(fields.get("rank", ""))
+        code = _SUMMARY_EXIT.match(fields.get("exitcode", ""))
+        if rank and code:
+            failures.append({"time": fields.get("time", ""), "host": fields.get("host") or None,
+                             "rank": int(rank.group(1)), "local_rank": int(rank.group(2)),
+                             "exit_code": exit_status(int(code.group(1)))})
+    return failures
+
+
+def first_torchrun_failure(text: str) -> dict | None:
+    """With several nodes failing, the root cause is the earliest (times are to the second;
+    ties go to the one printed first)."""
+    failures = parse_torchrun_failures(text)
+    if not failures:
+        return None
+    return min(enumerate(failures), key=lambda item: (item[1]["time"] or "~", item[0]))[1]
+
+
+# Open MPI 4.x, a rank that exits non-zero:
+#   Process name: [[28791,1],1]
+#   Exit code:    3
+# and one killed by a signal:
+#   mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).
+_MPI_EXIT = re.compile(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
+_MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)")
+
+
+def parse_mpirun_failure(text: str) -> dict | None:
+    """The first failed process Open MPI names: its MPI rank, host (when printed) and status."""
+    found = []
+    match = _MPI_EXIT.search(text)
+    if match:
+        found.append((match.start(), {"rank": int(match.group(1)), "host": None,
+                                      "exit_code": int(match.group(2))}))
+    match = _MPI_SIGNAL.search(text)
+    if match:
+        found.append((match.start(), {"rank": int(match.group(1)), "host": match.group(2),
+                                      "exit_code": 128 + int(match.group(3))}))
+    return min(found, key=lambda item: item[0])[1] if found else None
+
+
+# Open MPI 4.x, when mpirun loses a node's daemon (orted): the node went down or off the network,
+# or the daemon died. No rank is named; the node is, as the hostfile gave it:
+#   ORTE has lost communication with a remote daemon.
+#
+#     HNP daemon   : [[16969,0],0] on node node0
+#     Remote daemon: [[16969,0],2] on node 172.19.0.4
+_MPI_LOST_DAEMON = re.compile(r"ORTE has lost communication with a remote daemon\.\s*\n"
+                              r"(?:.*\n){0,3}?\s*Remote daemon\s*:\s*\S+ on node (\S+)")
+
+
+def parse_lost_daemon(text: str) -> str | None:
+    """The node (address or name, as in the hostfile) whose daemon mpirun lost first."""
+    match = _MPI_LOST_DAEMON.search(text)
+    return match.group(1) if match else None
+
+
+def node_named(host: str, order) -> str:
+    """The inventory name of a node Open MPI names by its hostfile address; else `host`."""
+    return next((node.name for node in order if host in (node.address, node.name)), host)
+
+
+def rank_node(rank: int, order, mode: str) -> str | None:
+    """The node an MPI rank ran on: ranks fill the hostfile's slots in order (--map-by slot);
+    with one process per node the MPI rank is the node's index."""
+    if mode != "rank":
+        return order[rank].name if 0 <= rank < len(order) else None
+    for node in order:
+        if rank < node.slots:
+            return node.name
+        rank -= node.slots
+    return None
+
+
+def tail(text: str, lines: int = TAIL_LINES) -> list[str]:
+    return text.splitlines()[-lines:]
+
+
+
+def group_runs(procs) -> list[dict]:
+    runs: dict[str, list[int]] = {}
+    for proc in procs:
+        runs.setdefault(proc["run_id"], []).append(proc["pid"])
+    return [{"run_id": run_id, "pids": pids} for run_id, pids in sorted(runs.items())]
+
+
+
+def cleanup_message(ended, name_silent: bool = True) -> str:
+    """What the clean-up on the other nodes could not do, for the end of a failure message (a
+    timeout's message names the silent nodes itself)."""
+    said = ""
+    if ended["survivors"]:
+        said += "; processes survived SIGKILL on " + "; ".join(
+            f"{name}: {', '.join(map(str, pids))}" for name, pids in ended["survivors"].items())
+        said += " (uninterruptible I/O?): check them"
+    if ended["silent"] and name_silent:
+        said += ("; could not reach " + ", ".join(node["name"] for node in ended["silent"])
+                 + f" to end what is left of the run there: once it is back, end it with {STOP_HINT}")
+    return said
+
+
+def timeout_message(run_id, timeout, grace, silent, run_dir) -> str:
+    what = (f"run {run_id} outlived launch_timeout={timeout}s and was stopped (SIGTERM, SIGKILL "
+            f"after {grace}s)")
+    if silent:
+        named = "; ".join(f"{node['name']} ({node['address']}): {node['error']}"
+                          for node in silent)
+        what += (f"; these nodes went silent, they do not answer ssh from the head: {named}. "
+                 f"A node cut off keeps the other ranks waiting; what ran there may still run: "
+                 f"once it is back, end it with {STOP_HINT}")
+    elif silent is not None:
+        what += "; every node answers ssh from the head, so the run itself was slow or hung"
+    return f"{what}; logs under {run_dir}"
+
+
+
+def read_end(path: str, limit: int = 4 * 1024 * 1024) -> str:
+    """The end of a log that may be many gigabytes: torchrun and Open MPI print their failure
+    reports last."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - limit))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+# Open MPI's --tag-output puts "[JOB,RANK]<stdout>:" before every line, in its per-rank files too.
+_MPI_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr|stddiag)>: ?")
+
+
+def untagged(lines: list[str]) -> list[str]:
+    return [_MPI_TAG.sub("", line) for line in lines]
+
+
+def read_tail(path: str, lines: int = TAIL_LINES) -> list[str]:
+    return untagged(tail(read_end(path, 256 * 1024), lines))
+
+
+def first_match(pattern: str) -> str | None:
+    """The file a log pattern names on this node: the latest torchrun attempt sorts last."""
+    matches = sorted(glob.glob(pattern))
+    return matches[-1] if matches else None
+
+
+def rank0_tail(mode: str, paths) -> list[str]:
+    # Global rank 0 runs on the head: torchrun's worker 0 there, or Open MPI's rank 0.
+    if mode == "rank":
+        found = first_match(os.path.join(paths["ranks"], "*", "rank.0", "stdout"))
+    else:
+        found = first_match(os.path.join(paths["workers"], "*", "attempt_*", "0", "stdout.log"))
+    return read_tail(found) if found else []
+
+
+def head_log(order):
+    """A `read_log` that reads the head's own files and nothing of the other nodes."""
+    def read(host, pattern):
+        found = first_match(pattern) if host == order[0].name else None
+        return found, read_tail(found) if found else []
+    return read
+
+
+def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dict:
+    """failed_* result keys from the launcher log; None where the log does not tell. The failing
+    rank's own log is read on the node it ran on: `read_log(node name, glob pattern)` gives
+    (the resolved path or None, its last lines); the head's alone by default."""
+    read_log = read_log or head_log(order)
+    failure = first_torchrun_failure(text) if mode != "rank" else None
+    if failure:
+        host = order[0].name if len(order) == 1 else failure["host"]
+        # Every node runs nproc workers, node ranks in hostfile order: the inventory name follows
+        # from the global rank, where torchrun only knows the host's own name for itself.
+        if nproc and failure["rank"] is not None and 0 <= failure["rank"] // nproc < len(order):
+            host = order[failure["rank"] // nproc].name
+        pattern = f"{paths['workers']}/*/attempt_*/{failure['local_rank']}/stderr.log"
+    else:
+        failure = parse_mpirun_failure(text)
+        if not failure:
+            # No process failed as far as Open MPI knows, but a whole node may be gone: that node
+            # is failed_host, with no rank and no exit code.
+            lost = parse_lost_daemon(text)
+            return {"failed_rank": None, "failed_host": node_named(lost, order) if lost else None,
+                    "failed_exit_code": None, "failed_log": paths["launcher"],
+                    "failed_log_tail": tail(text)}
+        host = rank_node(failure["rank"], order, mode) or failure["host"]
+        if mode != "rank":
+            # A per-node launcher (torchrun) failed without a worker failure summary: report
+            # the node; there is no worker rank to name.
+            return {"failed_rank": None, "failed_host": host, "failed_exit_code": failure["exit_code"],
+                    "failed_log": paths["launcher"], "failed_log_tail": tail(text)}
+        pattern = f"{paths['ranks']}/*/rank.{failure['rank']}/stderr"
+    found, lines = read_log(host, pattern)
+    lines = untagged(lines)
+    return {"failed_rank": failure["rank"], "failed_host": host,
+            "failed_exit_code": failure["exit_code"],
+            "failed_log": found or pattern, "failed_log_tail": lines or tail(text)}
+
+
+def failure_message(run_id, rc, failure, paths) -> str:
+    code = failure["failed_exit_code"]
+    if code is None and failure["failed_host"]:
+        what = (f"Open MPI lost contact with its daemon on {failure['failed_host']}: that node "
+                f"went down or off the network, or the daemon died there; the ranks elsewhere "
+                f"were stopped")
+    elif code is None:
+        what = (f"the launcher exited with rc {rc} without naming a failed rank: the run was "
+                f"stopped from outside (state=stopped), or the launcher could not start it (a "
+                f"node unreachable, a wrong path or option: see the launcher log)")
+    else:
+        name = signal_name(code)
+        how = f"was killed by {name} (exit code {code})" if name else f"exited with code {code}"
+        who = (f"rank {failure['failed_rank']}" if failure["failed_rank"] is not None
+               else "the launcher")
+        what = f"{who} on {failure['failed_host'] or 'an unknown host'} {how} first"
+        if failure["failed_log"] != paths["launcher"]:
+            what += f"; its log: {failure['failed_log']} on {failure['failed_host']}"
+    return (f"run {run_id} failed (launcher rc {rc}): {what}; launcher log: {paths['launcher']}; "
+            f"all logs of the run under {paths['run']} (failed_log_tail has the last lines)")
+
