@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import re
-import shlex
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -143,9 +143,10 @@ def _progress(args: argparse.Namespace):
                     verbose=args.verbose)
 
 
-def _results(outcome, task: str, failed: bool = False) -> list[dict]:
+def _results(outcome, action: str, failed: bool = False) -> list[dict]:
+    """The results of one module's tasks, found by the module Ansible resolved, not task titles."""
     found = outcome.progress.results + (outcome.progress.failed_results if failed else [])
-    return [item for item in found if item["task"] == task]
+    return [item for item in found if item.get("action") == action]
 
 
 def _playbook(args: argparse.Namespace, name: str, **fixed):
@@ -185,30 +186,141 @@ def _script_path(script: str) -> str:
     return str(Path(script).resolve()) if Path(script).exists() else script
 
 
+LAUNCH = "torchfleet.cluster.torchrun_launch"
+# A launch that did not start (refused by a check, the inventory, an unreachable node) exits with
+# this, as `docker run` does for its own errors: a run's own codes are 0 to 255 otherwise.
+REFUSED = 125
+INTERRUPTED = 130
+
+
+def _new_run_id() -> str:
+    import secrets
+    from datetime import datetime, timezone
+
+    from torchfleet.collection import module_util
+
+    return module_util("_launch_plan").new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
+
+
 def _launch(args: argparse.Namespace) -> int:
+    from torchfleet.plan import parse_extra_vars
+
     if not Path(args.script).is_file() and not _shared(args):
         raise UsageError(f"script {args.script} not found (give the training script's path)")
-    outcome = _playbook(args, "launch", script=_script_path(args.script),
-                        script_args=list(args.script_args))
-    report = []
-    for item in _results(outcome, "Report the run"):
-        msg = item["res"].get("msg")
-        report += msg if isinstance(msg, list) else [str(msg)]
-    result = {}
-    for item in _results(outcome, "Run mpirun + torchrun and wait for the run to end", failed=True):
-        result = item["res"]
-    if not args.json:
-        for line in report:
-            print(line)
-        if result.get("failed_log_tail"):
-            where = f"{result.get('failed_log', 'the log')} on {result.get('failed_host', '?')}"
-            print(f"torchfleet: the last lines of {where}:", file=sys.stderr)
-            for line in result["failed_log_tail"]:
-                print(f"  {line}", file=sys.stderr)
-    keys = ("run_id", "rc", "world_size", "duration", "log_dir", "command", "rank0_tail",
-            "failed_rank", "failed_host", "failed_exit_code", "failed_log", "msg")
-    return _finish(args, outcome, {"report": report,
-                                   "result": {k: result[k] for k in keys if k in result}})
+    # The run id is chosen here, so that a Ctrl-C at any moment knows which run to stop.
+    run_id = str(parse_extra_vars(args.extra_vars).get("run_id") or _new_run_id())
+    _check_run_id(run_id)
+    try:
+        outcome = _playbook(args, "launch", script=_script_path(args.script),
+                            script_args=list(args.script_args), run_id=run_id, detach=True)
+    except KeyboardInterrupt:
+        return _interrupted(args, run_id)
+    started = [item["res"] for item in _results(outcome, LAUNCH, failed=True)]
+    result = started[-1] if started else {}
+    if outcome.rc != 0 and not result.get("state"):
+        # Refused before anything started: the checks' words, and a code of our own.
+        if args.json:
+            _finish(args, outcome, {"run_id": run_id, "state": None, "result": result})
+        else:
+            _finish(args, outcome, {})
+        return REFUSED
+    found = _follow_target(args)
+    head = found["head"]
+    if result.get("state") == "running" and args.detach:
+        if args.json:
+            print(json.dumps({"run_id": run_id, "state": "running", "head": head.name,
+                              "log_dir": result.get("log_dir"), "world_size": result.get("world_size")}, indent=1))
+        else:
+            print(f"run {run_id} is running on {head.name}, detached (world size {result.get('world_size')})")
+            print(f"follow it: torchfleet logs -f {run_id}; wait for its end: torchfleet wait {run_id}; "
+                  f"stop it: torchfleet stop {run_id}")
+        return 0
+    if result.get("state") == "running":
+        print(f"torchfleet: run {run_id} started on {head.name} (world size {result.get('world_size')}); "
+              f"Ctrl-C stops it; closing this terminal or losing the connection does not "
+              f"(torchfleet logs -f {run_id} follows it again)", file=sys.stderr, flush=True)
+    return _follow_to_end(args, found, run_id, record=None if result.get("state") == "running" else result,
+                          stop_on_interrupt=True)
+
+
+def _follow_target(args: argparse.Namespace) -> dict:
+    from torchfleet import follow
+    from torchfleet.plan import parse_extra_vars, read_inventory
+    from torchfleet.run import ansible_env
+
+    with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
+        inventories = _inventories(args, Path(scratch))
+        hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()))
+    try:
+        head = follow.head_of(hosts, hostvars, parse_extra_vars(args.extra_vars))
+    except follow.FollowError as error:
+        raise UsageError(str(error)) from None
+    return {"head": head, "hostvars": hostvars[head.name]}
+
+
+def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True,
+                   stop_on_interrupt=False) -> int:
+    """Stream the run (rank 0, or every rank) until it ends, then its end report; the run's
+    own exit code. `record`: the run had ended already, print its report only."""
+    from torchfleet import follow
+
+    head = found["head"]
+    ranks = ranks or ("all" if getattr(args, "all_ranks", False) else "0")
+    shown = []
+
+    def on_line(text):
+        if args.json:
+            shown.append(text)
+        else:
+            print(text, flush=True)
+    try:
+        if record is None:
+            record = follow.follow(head, found["hostvars"], run_id, ranks, from_start, on_line)
+    except KeyboardInterrupt:
+        if stop_on_interrupt:
+            return _interrupted(args, run_id)
+        print(f"torchfleet: stopped following; run {run_id or '(newest)'} goes on", file=sys.stderr)
+        return INTERRUPTED
+    except follow.FollowError as error:
+        print(f"torchfleet: {error}; the run goes on: torchfleet logs -f {run_id or ''}".rstrip(),
+              file=sys.stderr)
+        return 255
+    if record.get("state") == "unknown":
+        print(f"torchfleet: {record.get('msg')}", file=sys.stderr)
+        return 1
+    out, err = follow.end_report(record, head.name)
+    if args.json:
+        keys = ("run_id", "state", "rc", "world_size", "duration", "started", "log_dir", "command",
+                "rank0_tail", "failed_rank", "failed_host", "failed_exit_code", "failed_log",
+                "failed_log_tail", "msg")
+        print(json.dumps({"run_id": record.get("run_id"), "rc": follow.exit_code(record),
+                          "report": (shown or record.get("rank0_tail") or []) + out,
+                          "result": {key: record.get(key) for key in keys}, "artifacts": None}, indent=1))
+    else:
+        follow.print_lines(out)
+    follow.print_lines(err, sys.stderr)
+    return follow.exit_code(record)
+
+
+def _interrupted(args: argparse.Namespace, run_id: str) -> int:
+    """Ctrl-C in an attached launch: stop the run everywhere, as mpirun and torchrun do."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+    print(f"torchfleet: interrupted: stopping run {run_id} on every node", file=sys.stderr, flush=True)
+    outcome = _playbook(args, "launch", action="stop", run_id=run_id)
+    if outcome.rc == 0:
+        print(f"torchfleet: run {run_id} stopped", file=sys.stderr)
+    else:
+        from torchfleet.run import print_failures
+        print_failures(outcome)
+        print(f"torchfleet: run {run_id} may still run: torchfleet stop {run_id}", file=sys.stderr)
+    return INTERRUPTED
+
+
+def _check_run_id(run_id: str) -> None:
+    if not _RUN_ID.fullmatch(run_id):
+        raise UsageError(f"run id {run_id!r} is not valid (letters, digits, '_', '.', '-')")
 
 
 def _shared(args: argparse.Namespace) -> bool:
@@ -220,15 +332,85 @@ def _shared(args: argparse.Namespace) -> bool:
 def _stop(args: argparse.Namespace) -> int:
     fixed = {"action": "stop"}
     if args.run_id:
-        if not _RUN_ID.fullmatch(args.run_id):
-            raise UsageError(f"run id {args.run_id!r} is not valid (letters, digits, '_', '.', '-')")
+        _check_run_id(args.run_id)
         fixed["run_id"] = args.run_id
     outcome = _playbook(args, "launch", **fixed)
-    said = [item["res"].get("msg", "") for item in _results(outcome, "Say what was stopped")]
+    said = [item["res"].get("msg", "") for item in outcome.progress.results
+            if item.get("action") == "ansible.builtin.debug"]
     if not args.json:
         for line in said:
             print(line)
     return _finish(args, outcome, {"stopped": said})
+
+
+def _wait(args: argparse.Namespace) -> int:
+    if args.run_id:
+        _check_run_id(args.run_id)
+    return _follow_to_end(args, _follow_target(args), args.run_id, ranks="none")
+
+
+def _logs(args: argparse.Namespace) -> int:
+    """The run's output (rank 0's, or every rank's), its end report if it has ended; with -f
+    it follows the run until it ends and exits with its code."""
+    from torchfleet import follow
+
+    if args.run_id:
+        _check_run_id(args.run_id)
+    found = _follow_target(args)
+    if args.follow:
+        return _follow_to_end(args, found, args.run_id, from_start=not args.since_now)
+    head = found["head"]
+    where = f"{head.log_dir}/{args.run_id}" if args.run_id else head.log_dir
+    command = follow.remote_command(head, found["hostvars"],
+                                    ["print", where, "all" if args.all_ranks else "0"])
+    done = subprocess.run([*head.ssh, command], capture_output=True, text=True, errors="replace")
+    record = None
+    for raw in done.stdout.splitlines():
+        if raw.startswith("L "):
+            print(raw[2:])
+        elif raw.startswith("E "):
+            record = json.loads(raw[2:])
+    if record is None or record.get("state") == "unknown":
+        said = record.get("msg") if record else (done.stderr.strip() or f"ssh exited {done.returncode}")
+        print(f"torchfleet: no log of {'run ' + args.run_id if args.run_id else 'any run'} on "
+              f"{head.name}: {said}", file=sys.stderr)
+        return 1
+    if record.get("state") == "running":
+        print(f"torchfleet: run {record['run_id']} is still running (torchfleet logs -f follows it)",
+              file=sys.stderr)
+    else:
+        out, err = follow.end_report(record, head.name)
+        follow.print_lines(out + err, sys.stderr)
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    """The cluster's runs, newest first, from their records on the head (torchrun_run_info)."""
+    found = _cluster_vars(args)
+    from torchfleet.plan import parse_extra_vars
+
+    extra = parse_extra_vars(args.extra_vars)
+    log_dir = str(extra.get("log_dir") or found["workdir"] + "/runs")
+    args.limit = None
+    outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps({"log_dir": log_dir}),
+                     found["head"], ["--become", "--become-user", found["user"]])
+    runs = next((item["res"].get("runs", []) for item in outcome.progress.results), [])
+    if outcome.rc != 0:
+        return _finish(args, outcome, {})
+    if args.json:
+        keys = ("run_id", "state", "rc", "started", "ended", "duration", "world_size", "nodes",
+                "failed_rank", "failed_host", "failed_exit_code", "failed_log", "log_dir", "msg")
+        print(json.dumps([{key: run.get(key) for key in keys} for run in runs], indent=1))
+        return 0
+    print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED':<26} {'DURATION':>9} {'WORLD':>5}  FAILED")
+    for run in runs:
+        failed = (f"rank {run['failed_rank']} on {run['failed_host']}" if run.get("failed_rank") is not None
+                  else run.get("failed_host") or "")
+        duration = f"{run['duration']:.1f}s" if isinstance(run.get("duration"), (int, float)) else "-"
+        rc = "-" if run.get("rc") is None else str(run["rc"])
+        print(f"{run['run_id']:<28} {run['state']:<10} {rc:>4} {run.get('started') or '-':<26} "
+              f"{duration:>9} {run.get('world_size') or '-':>5}  {failed}")
+    return 0
 
 
 def _adhoc(args: argparse.Namespace, module: str, module_args: str, pattern: str, extra: list[str]):
@@ -266,27 +448,6 @@ def _status(args: argparse.Namespace) -> int:
         for host in sorted(alive):
             print(f"{host:<24} {', '.join(alive[host]) if alive[host] else 'idle'}")
     return _finish(args, outcome, {"runs": alive})
-
-
-def _logs(args: argparse.Namespace) -> int:
-    if args.run_id and not _RUN_ID.fullmatch(args.run_id):
-        raise UsageError(f"run id {args.run_id!r} is not valid (letters, digits, '_', '.', '-')")
-    found = _cluster_vars(args)
-    head, user = found["head"], found["user"]
-    runs = found["workdir"] + "/runs"
-    runs_dir = runs.replace("~", '"$HOME"', 1) if runs.startswith("~") else shlex.quote(runs)
-    pick = shlex.quote(args.run_id) if args.run_id else '"$(ls -1t | head -n 1)"'
-    cmd = f'cd {runs_dir} && run={pick} && test -n "$run" && echo "# $run" && cat -- "$run/launcher.log"'
-    args.limit = None
-    outcome = _adhoc(args, "ansible.builtin.shell", cmd, head,
-                     ["--become", "--become-user", user])
-    for item in outcome.progress.results:
-        print(item["res"].get("stdout", ""))
-    if outcome.rc != 0 and not outcome.progress.results:
-        print(f"torchfleet: no launcher.log for {'run ' + args.run_id if args.run_id else 'any run'} "
-              f"on {head}", file=sys.stderr)
-    args.json = False
-    return _finish(args, outcome, {})
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -357,12 +518,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("setup", parents=[common], help="prepare every node (playbook setup.yml)",
                    description="Run torchfleet.cluster.setup on the inventory.").set_defaults(func=_setup)
-    for name, func, text in (("launch", _launch, "start a training run and wait for it"),
+    for name, func, text in (("launch", _launch, "start a training run and follow it to its end"),
                              ("render", _render, "print the launch command, hostfile and env; runs nothing")):
         p = sub.add_parser(name, parents=[common], help=text,
                            usage=f"torchfleet {name} [options] SCRIPT [-- ARGS...]")
         p.add_argument("script", metavar="SCRIPT", help="the training script")
         p.set_defaults(func=func, script_args=[])
+        if name == "launch":
+            p.add_argument("--detach", action="store_true",
+                           help="return with the run id once every node's ranks have started")
+            p.add_argument("--all-ranks", action="store_true",
+                           help="stream every rank's output, each line as [rank N host] (default: rank 0's)")
         if name == "render":
             p.add_argument("--format", choices=["text", "json", "pbs", "slurm"], default="text",
                            help="pbs/slurm: a batch script that launches from inside an allocation")
@@ -376,9 +542,19 @@ def build_parser() -> argparse.ArgumentParser:
     stop.set_defaults(func=_stop)
     sub.add_parser("status", parents=[common],
                    help="which runs are alive on which node").set_defaults(func=_status)
-    logs = sub.add_parser("logs", parents=[common], help="the head's launcher.log of a run")
+    logs = sub.add_parser("logs", parents=[common], help="a run's output (rank 0's by default)")
     logs.add_argument("run_id", nargs="?", help="the run (default: the newest)")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="follow the run until it ends, and exit with its exit code")
+    logs.add_argument("--since-now", action="store_true", help="with -f: only what is written from now on")
+    logs.add_argument("--all-ranks", action="store_true", help="every rank's output, as [rank N host] lines")
     logs.set_defaults(func=_logs)
+    wait = sub.add_parser("wait", parents=[common],
+                          help="wait for a run to end, print its end report, exit with its exit code")
+    wait.add_argument("run_id", nargs="?", help="the run (default: the newest)")
+    wait.set_defaults(func=_wait)
+    sub.add_parser("runs", parents=[common], help="the cluster's runs, newest first, with their state "
+                   "and exit code").set_defaults(func=_runs)
     # Its own options (torchfleet doctor --help): main() hands the rest of the line to it.
     sub.add_parser("doctor", add_help=False, help="check the cluster before a run: ssh mesh, versions, "
                    "GPUs, network, port, leftovers (exit 0 well, 1 a check failed, 2 could not run)")

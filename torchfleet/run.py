@@ -67,7 +67,7 @@ class Progress:
     verbose: int = 0
     hosts: dict[str, HostState] = field(default_factory=dict)
     failures: dict[str, dict] = field(default_factory=dict)
-    results: list[dict] = field(default_factory=list)  # ok results: {host, task, res}
+    results: list[dict] = field(default_factory=list)  # ok results: {host, task, action, res}
     failed_results: list[dict] = field(default_factory=list)  # the same, of failed tasks
     stats: dict = field(default_factory=dict)
     tail: deque = field(default_factory=lambda: deque(maxlen=15))  # Ansible's last output lines
@@ -104,7 +104,8 @@ class Progress:
                     print(f"torchfleet: {host}: FAILED: {task}", file=self.stream, flush=True)
             if kind in ("runner_on_ok", "runner_on_failed"):
                 found = self.results if kind == "runner_on_ok" else self.failed_results
-                found.append({"host": host, "task": task, "res": res})
+                found.append({"host": host, "task": task, "res": res,
+                              "action": data.get("resolved_action") or data.get("task_action")})
             if self.live:
                 self.draw()
         if event.get("stdout"):

@@ -137,9 +137,10 @@ def shown(line: str, record: dict, ranks: str) -> str | None:
 
 
 def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: float = 30,
-           out=None) -> dict:
+           out=None, until_end: bool = True) -> dict:
     """Print the run's output as it is written (LINE-prefixed, see `shown`) until the run has
-    ended, then its record (END-prefixed, JSON); returns the record."""
+    ended (or, not `until_end`, what there is now), then its record (END-prefixed, JSON);
+    returns the record."""
     out = out or sys.stdout
     deadline = time.monotonic() + wait_start
     record = read_state(run_dir)
@@ -154,7 +155,7 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
     path = os.path.join(run_dir, LAUNCHER_LOG)
     position, partial = None, b""
     while True:
-        ended = record.get("state") not in ("running",)
+        ended = record.get("state") not in ("running",) or not until_end
         try:
             with open(path, "rb") as handle:
                 if position is None:
@@ -187,9 +188,10 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
 
 
 def main(argv: list[str]) -> int:
-    """follow RUN_DIR_OR_LOG_DIR [RANKS [FROM_START]]: the newest run when given the log dir."""
-    if len(argv) < 2 or argv[0] != "follow":
-        sys.stderr.write("usage: follow RUN_DIR|LOG_DIR [0|all|none] [start|now]\n")
+    """follow|print RUN_DIR_OR_LOG_DIR [RANKS [FROM_START]]: the newest run when given the log
+    dir; print: what the log holds now, and the record."""
+    if len(argv) < 2 or argv[0] not in ("follow", "print"):
+        sys.stderr.write("usage: follow|print RUN_DIR|LOG_DIR [0|all|none] [start|now]\n")
         return 2
     where = os.path.expanduser(argv[1])
     if not os.path.exists(os.path.join(where, STATE_FILE)):
@@ -201,7 +203,7 @@ def main(argv: list[str]) -> int:
     ranks = argv[2] if len(argv) > 2 else "0"
     from_start = (argv[3] if len(argv) > 3 else "start") == "start"
     try:
-        follow(where, ranks, from_start)
+        follow(where, ranks, from_start, until_end=argv[0] == "follow")
     except BrokenPipeError:  # the reader went (the torchfleet command ended); the run goes on
         return 0
     return 0

@@ -911,7 +911,8 @@ def start_run(module, control_dir):
     keys = ("state", "rc", "duration", "timed_out", "stdout_tail", "rank0_tail", "failed_rank",
             "failed_host", "failed_exit_code", "failed_log", "failed_log_tail", "stopped_on_nodes",
             "silent_nodes", "survivors", "started", "ended", "msg")
-    result.update({key: record[key] for key in keys if key in record})
+    # Not a null rc while the run goes on: Ansible fails a task whose result has an rc other than 0.
+    result.update({key: record[key] for key in keys if key in record and record[key] is not None})
     if record["state"] == "running":  # detached: the run goes on
         module.exit_json(**result)
     msg = result.pop("msg")

@@ -1,0 +1,146 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: torchfleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: torchrun_run_info
+short_description: The runs of the cluster, from their records on the head
+version_added: "1.0.0"
+description:
+  - Reads the record (C(state.json)) that each run's supervisor keeps in the run's directory on
+    the head, under O(log_dir), and returns them newest first. Changes nothing.
+  - A record that says V(running) while its supervisor is gone (killed, out of memory, the head
+    rebooted) is returned as V(lost), never as V(running).
+  - Directories of runs without a record (started before runs had supervisors) are left out.
+    torchfleet never deletes a run's directory.
+options:
+  log_dir:
+    description: The directory holding one directory per run, as given to M(torchfleet.cluster.torchrun_launch).
+    type: path
+    default: ~/torchfleet/runs
+  run_id:
+    description: Only this run (RV(runs) is then empty or holds one record).
+    type: str
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.info_module
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: N/A
+  platform:
+    platforms: posix
+notes:
+  - Run it on the head node (C(delegate_to)), as the training account or root.
+seealso:
+  - module: torchfleet.cluster.torchrun_launch
+author:
+  - torchfleet contributors
+"""
+
+EXAMPLES = r"""
+- name: The runs of the cluster, newest first
+  torchfleet.cluster.torchrun_run_info:
+    log_dir: ~/torchfleet/runs
+  delegate_to: "{{ torchfleet_head }}"
+  become: true
+  become_user: torchfleet
+  register: runs
+
+- name: Wait until a detached run has ended
+  torchfleet.cluster.torchrun_run_info:
+    run_id: tf-20261123-101502-ab12cd
+  register: run
+  until: run.runs[0].state != 'running'
+  retries: 720
+  delay: 10
+"""
+
+RETURN = r"""
+runs:
+  description: The runs' records, newest first.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    run_id:
+      description: The run's id (E(TORCHFLEET_RUN_ID) of its processes).
+      type: str
+      sample: tf-20261123-101502-ab12cd
+    state:
+      description: V(running), V(succeeded), V(failed), V(stopped), V(timed_out) or V(lost).
+      type: str
+      sample: failed
+    rc:
+      description: The run's exit status (death by signal N is 128+N); null while it runs.
+      type: int
+      sample: 3
+    started:
+      description: When it started (UTC, ISO 8601).
+      type: str
+    ended:
+      description: When it ended (UTC, ISO 8601); null while it runs.
+      type: str
+    duration:
+      description: Seconds from the launcher's start to its end; null while it runs.
+      type: float
+    world_size:
+      description: Workers in the run.
+      type: int
+    nodes:
+      description: Node names in launch order (node rank order).
+      type: list
+      elements: str
+    command:
+      description: The launcher's command, shell-quoted.
+      type: str
+    failed_rank:
+      description: The first rank that failed, when one did.
+      type: int
+    failed_host:
+      description: The node it ran on (or the node that went silent).
+      type: str
+    failed_exit_code:
+      description: Its exit code (128+N for signal N).
+      type: int
+    failed_log:
+      description: The failing rank's own log, on RV(runs[].failed_host).
+      type: str
+    failed_log_tail:
+      description: The last lines of that log.
+      type: list
+      elements: str
+    log_dir:
+      description: The run's directory on the head.
+      type: str
+    msg:
+      description: How the run ended, in words.
+      type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torchfleet.cluster.plugins.module_utils._run_record import list_runs
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "log_dir": {"type": "path", "default": "~/torchfleet/runs"},
+            "run_id": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    run_id = module.params["run_id"]
+    if run_id is not None and (not run_id or "/" in run_id or run_id in (".", "..")):
+        module.fail_json(msg=f"run_id {run_id!r} is not a run id (tf-YYYYMMDD-HHMMSS-xxxxxx or "
+                             f"the one given at launch); leave it out to list every run")
+    module.exit_json(changed=False, runs=list_runs(module.params["log_dir"], run_id))
+
+
+if __name__ == "__main__":
+    main()
