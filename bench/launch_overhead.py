@@ -43,14 +43,14 @@ def inventory_nodes(path):
     return group["hosts"], group.get("vars", {})
 
 
-def hand_command(hosts, cluster_vars, nproc, tiny=False):
+def hand_command(hosts, cluster_vars, nproc, tiny=False, rank_script="tiny_rank.py"):
     """What a user types on the head: a hostfile of addresses and one mpirun line (of the DDP
-    job, or with `tiny` of one plain Python rank per node)."""
+    job, or with `tiny` of one plain Python rank per node running `rank_script`)."""
     addresses = [h["ansible_host"] for h in hosts.values()]
     hostfile = "".join(f"{a} slots={nproc}\n" for a in addresses)
     if tiny:
         job = ("RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE=$OMPI_COMM_WORLD_SIZE "
-               "exec /opt/torchfleet/envs/torchfleet/bin/python torchfleet/scripts/tiny_rank.py")
+               "exec /opt/torchfleet/envs/torchfleet/bin/python -u torchfleet/scripts/" + rank_script)
     else:
         job = ("/opt/torchfleet/envs/torchfleet/bin/torchrun --nnodes=%d --node-rank=$OMPI_COMM_WORLD_RANK "
                "--nproc-per-node=%d --rdzv-backend=static --rdzv-endpoint=%s:29500 --rdzv-id=hand "

@@ -364,10 +364,10 @@ def _logs(args: argparse.Namespace) -> int:
     command = follow.remote_command(head, found["hostvars"],
                                     ["print", where, "all" if args.all_ranks else "0"])
     done = subprocess.run([*head.ssh, command], capture_output=True, text=True, errors="replace")
-    record = None
+    record, lines = None, []
     for raw in done.stdout.splitlines():
         if raw.startswith("L "):
-            print(raw[2:])
+            lines.append(raw[2:])
         elif raw.startswith("E "):
             record = json.loads(raw[2:])
     if record is None or record.get("state") == "unknown":
@@ -375,6 +375,8 @@ def _logs(args: argparse.Namespace) -> int:
         print(f"torchfleet: no log of {'run ' + args.run_id if args.run_id else 'any run'} on "
               f"{head.name}: {said}", file=sys.stderr)
         return 1
+    print(f"# {record['run_id']} ({record['state']})")
+    follow.print_lines(lines)
     if record.get("state") == "running":
         print(f"torchfleet: run {record['run_id']} is still running (torchfleet logs -f follows it)",
               file=sys.stderr)

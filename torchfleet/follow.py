@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -81,8 +82,12 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
     its record. `ranks`: "0", "all" or "none" (see _run_record.shown)."""
     where = f"{head.log_dir}/{run_id}" if run_id else head.log_dir
     command = remote_command(head, hostvars, ["follow", where, ranks, "start" if from_start else "now"])
+    # ssh ignores a terminal's Ctrl-C (it keeps a signal ignored across exec): the Ctrl-C is for
+    # this process, which decides what it means. Ansible-runner's handler for it is replaced.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     proc = subprocess.Popen([*head.ssh, command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace")
+                            stderr=subprocess.PIPE, text=True, errors="replace",
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     record = None
     try:
         for raw in proc.stdout:

@@ -45,14 +45,22 @@ def test_launch_prints_rank0_report(target):
     assert ": rc 0, world size 3" in result.stdout
 
 
-def test_failed_rank_gives_nonzero_and_names_it(target):
+def test_failed_rank_gives_its_own_exit_code_and_names_it(target):
     result = torchfleet(target, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--json",
                         "--", *TRAIN, "--fail-on-rank", "1")
-    assert result.returncode != 0
+    assert result.returncode == 3  # train.py's --fail-on-rank exits with 3
     assert "rank 1 on " in result.stderr
     data = json.loads(result.stdout)
     assert data["result"]["failed_rank"] == 1 and data["rc"] == result.returncode
-    assert data["artifacts"] and Path(data["artifacts"]).is_dir()
+    assert data["result"]["state"] == "failed"
+
+
+def test_a_refused_launch_exits_125_and_keeps_ansibles_output(target):
+    result = torchfleet(target, "launch", "examples/train.py", "-e", "master_port=80", "--json", "--", *TRAIN)
+    assert result.returncode == 125, result.stderr[-3000:]
+    assert "master_port" in result.stderr
+    data = json.loads(result.stdout)
+    assert data["state"] is None and data["artifacts"] and Path(data["artifacts"]).is_dir()
     assert not (Path(data["artifacts"]) / "command").exists()  # it held the environment
     shutil.rmtree(Path(data["artifacts"]).parents[1])
 
@@ -82,19 +90,25 @@ def test_script_args_arrive_byte_for_byte_and_secrets_stay_off_disk(target, tmp_
     assert data["artifacts"] is None  # a successful run leaves nothing behind
 
 
-def test_failed_run_keeps_no_secret_in_its_artifacts(target):
+def test_failed_run_keeps_no_secret_in_its_record_or_logs(target):
     inventory, env = target
     env = dict(env, TF_TEST_SECRET="s3cret-value-that-must-not-leak")
     result = torchfleet((inventory, env), "launch", "examples/train.py", "-e", "nproc_per_node=1",
                         "-e", '{"env_secrets": ["TF_TEST_SECRET"]}', "--json", "--", *TRAIN,
                         "--fail-on-rank", "2")
     data = json.loads(result.stdout)
-    assert result.returncode != 0 and data["result"]["failed_rank"] == 2
-    leaked = subprocess.run(["grep", "-rl", "s3cret-value", data["artifacts"]],
-                            capture_output=True, text=True)
-    assert leaked.stdout == ""
+    assert result.returncode == 3 and data["result"]["failed_rank"] == 2
+    assert data["artifacts"] is None  # the playbook started the run and succeeded
     assert "s3cret-value" not in result.stdout + result.stderr
-    shutil.rmtree(Path(data["artifacts"]).parents[1])
+    # The run's directory on the head (record, plan, logs): the value travels in environments only.
+    logs = torchfleet((inventory, env), "logs", data["run_id"], "--all-ranks")
+    assert logs.returncode == 0 and "TORCHFLEET_FAIL rank=2" in logs.stdout
+    assert "s3cret-value" not in logs.stdout + logs.stderr
+    if not os.environ.get("TORCHFLEET_TEST_INVENTORY"):
+        from ready_cluster import NODES
+        leaked = subprocess.run(["docker", "exec", NODES[0], "grep", "-rl", "s3cret-value",
+                                 data["result"]["log_dir"]], capture_output=True, text=True)
+        assert leaked.returncode == 1 and leaked.stdout == "", leaked.stdout + leaked.stderr
 
 
 def test_status_stop_and_logs(target):

@@ -216,6 +216,25 @@ def test_torchrun_failure_reads_the_worker_log(tmp_path):
                        "failed_log_tail": ["rank failing"]}
 
 
+def test_a_failing_rank_on_another_node_is_quoted_from_its_own_log(tmp_path):
+    # Three nodes, one worker each: torchrun's summary names global rank 2 (local rank 0), on the
+    # third node. Its log is asked of that node, by its pattern; the answer is a resolved path and
+    # that rank's own last lines (Open MPI's tags taken off), not the launcher log's tail.
+    text = captured("torchrun_exit3.log").replace("rank      : 1 (local_rank: 1)", "rank      : 2 (local_rank: 0)")
+    asked = []
+
+    def read_log(host, pattern):
+        asked.append((host, pattern))
+        return "/runs/r/workers/r_x/attempt_0/0/stderr.log", [
+            "[1,2]<stderr>:ModuleNotFoundError: No module named 'sympy'"]
+    nodes = [Node("n0", "10.0.0.1", 1), Node("n1", "10.0.0.2", 1), Node("n2", "10.0.0.3", 1)]
+    failure = report.describe_failure(text, nodes, "torchrun", _paths(tmp_path), nproc=1, read_log=read_log)
+    assert asked == [("n2", f"{tmp_path}/workers/*/attempt_*/0/stderr.log")]
+    assert failure == {"failed_rank": 2, "failed_host": "n2", "failed_exit_code": 3,
+                       "failed_log": "/runs/r/workers/r_x/attempt_0/0/stderr.log",
+                       "failed_log_tail": ["ModuleNotFoundError: No module named 'sympy'"]}
+
+
 def test_torchrun_launcher_failure_without_summary_names_the_node(tmp_path):
     # torchrun itself failed (say, rendezvous timed out): Open MPI names the MPI process, which
     # is a node; there is no worker rank.

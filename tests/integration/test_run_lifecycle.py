@@ -1,0 +1,222 @@
+"""Runs that belong to the cluster, on three real containers through the `torchfleet` command:
+detach and reattach, live output, a controller killed outright, Ctrl-C, a failing rank's exit
+code through `wait`, and a supervisor that dies (the run reads as lost, stop still ends it).
+
+The cluster is the session's shared one (three nodes, set up once); every test leaves no run
+alive on any node.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from ready_cluster import NODES, REPO, run
+
+pytestmark = pytest.mark.cluster
+HEAD = NODES[0]
+RUNS = "/home/torchfleet/torchfleet/runs"
+# What of a run can live on a node: its supervisor, the launcher, Open MPI's daemon, torchrun, workers.
+RUN_PROCESSES = r"_run_supervisor|train\.py|torchrun|orted|mpirun"
+# Training that takes a while but ends by itself: 1 worker per node, 0.1 s asleep after each step.
+SHORT = ["--use-syn", "--no-wandb", "--epochs", "4", "--sleep", "0.1", "--out-dir", "/tmp"]
+ENDLESS = ["--use-syn", "--no-wandb", "--epochs", "1000", "--sleep", "0.2", "--out-dir", "/tmp"]
+LIMIT = 300  # seconds: bounds against hangs, never expected to be reached
+
+
+def torchfleet_argv(cluster, *args):
+    command, rest = args[0], list(args[1:])
+    return [sys.executable, "-m", "torchfleet", command, "-i", str(cluster.inventory), *rest]
+
+
+def torchfleet(cluster, *args, timeout=LIMIT):
+    return subprocess.run(torchfleet_argv(cluster, *args), cwd=REPO, env=cluster.env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def left_on(node):
+    found = run(["docker", "exec", node, "pgrep", "-u", "torchfleet", "-a", "-f", RUN_PROCESSES], timeout=60)
+    return found.stdout.splitlines()
+
+
+def runs_json(cluster):
+    result = torchfleet(cluster, "runs", "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {item["run_id"]: item for item in json.loads(result.stdout)}
+
+
+def wait_until(condition, seconds, what):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+class Attached:
+    """`torchfleet launch` in a session of its own, as a terminal's foreground job, its stdout
+    read as it comes (with the time each line arrived)."""
+
+    def __init__(self, cluster, *args):
+        self.process = subprocess.Popen(torchfleet_argv(cluster, "launch", *args), cwd=REPO, env=cluster.env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        start_new_session=True)
+        self.lines, self.errors = [], []
+        self.readers = [threading.Thread(target=self._read, args=(stream, into), daemon=True)
+                        for stream, into in ((self.process.stdout, self.lines), (self.process.stderr, self.errors))]
+        for reader in self.readers:
+            reader.start()
+
+    @staticmethod
+    def _read(stream, into):
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    def run_id(self):
+        for line in self.errors:
+            if line.startswith("torchfleet: run ") and " started on " in line:
+                return line.split()[2]
+        return None
+
+    def wait(self, seconds=LIMIT):
+        self.process.wait(timeout=seconds)
+        for reader in self.readers:
+            reader.join(timeout=30)
+        return self.process.returncode
+
+    def kill(self):
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=60)
+
+
+def nothing_alive():
+    return not any(left_on(node) for node in NODES)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(cluster):
+    yield
+    try:
+        # A supervisor exits a moment after it has written the run's last record.
+        wait_until(nothing_alive, 10, "nothing of any run left")
+    except AssertionError:
+        torchfleet(cluster, "stop")
+        assert nothing_alive(), {node: left_on(node) for node in NODES}
+        raise
+
+
+def test_detach_returns_while_the_run_runs_and_logs_follow_it_to_its_end(cluster):
+    started = time.monotonic()
+    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+                          "--", *SHORT)
+    returned = time.monotonic() - started
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    run_id = detached.stdout.split()[1]
+    assert detached.stdout.startswith(f"run {run_id} is running on {HEAD}, detached"), detached.stdout
+    # Returned once every node's worker ran, and before the run ended.
+    assert runs_json(cluster)[run_id]["state"] == "running"
+    for node in NODES:
+        assert any("train.py" in line for line in left_on(node)), node
+    print(f"--detach returned after {returned:.1f} s")
+
+    followed = torchfleet(cluster, "logs", "-f", run_id)
+    assert followed.returncode == 0, followed.stderr[-3000:]
+    lines = followed.stdout.splitlines()
+    assert lines[-2].startswith("TORCHFLEET_RESULT "), lines[-5:]  # rank 0's last line, in full
+    assert json.loads(lines[-2].split(" ", 1)[1])["world_size"] == 3
+    assert lines[-1].startswith(f"run {run_id}: succeeded, rc 0, world size 3"), lines[-1]
+    record = runs_json(cluster)[run_id]
+    assert (record["state"], record["rc"], record["world_size"]) == ("succeeded", 0, 3)
+    assert record["duration"] > 0 and record["started"] and record["failed_rank"] is None
+
+    # Every rank, each line labelled with its rank and node.
+    every = torchfleet(cluster, "logs", run_id, "--all-ranks")
+    assert every.returncode == 0 and every.stdout.startswith(f"# {run_id} (succeeded)")
+    for rank, node in enumerate(NODES):
+        assert f"[rank {rank} {node}] TORCHFLEET_RANK rank={rank} " in every.stdout, every.stdout[-3000:]
+
+
+def test_an_attached_launch_streams_and_its_run_outlives_the_controller(cluster):
+    launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", "--", "--use-syn",
+                      "--no-wandb", "--epochs", "6", "--sleep", "0.2", "--out-dir", "/tmp")
+    try:
+        # An epoch line while the run is still going: streamed, not printed at the end.
+        wait_until(lambda: any(line.startswith("epoch 1/6") for line in launch.lines), LIMIT,
+                   "rank 0's first epoch line on the launcher's stdout")
+        run_id = launch.run_id()
+        assert run_id, launch.errors
+        assert not any(line.startswith("epoch 6/6") for line in launch.lines)
+        # The controller dies outright: torchfleet, ansible-runner, ssh, all of its process group.
+        os.killpg(launch.process.pid, signal.SIGKILL)
+        launch.wait(60)
+    finally:
+        launch.kill()
+    assert runs_json(cluster)[run_id]["state"] == "running"
+    waited = torchfleet(cluster, "wait", run_id)
+    assert waited.returncode == 0, waited.stderr[-3000:]
+    assert waited.stdout.startswith(f"run {run_id}: succeeded, rc 0"), waited.stdout
+    assert runs_json(cluster)[run_id]["state"] == "succeeded"
+
+
+def test_wait_exits_with_the_failing_ranks_own_code_and_names_it(cluster):
+    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+                          "--", *SHORT, "--fail-on-rank", "2")
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    run_id = detached.stdout.split()[1]
+    waited = torchfleet(cluster, "wait", run_id)
+    assert waited.returncode == 3, waited.stdout + waited.stderr
+    said = " ".join(waited.stderr.split())
+    assert f"rank 2 on {NODES[2]} exited with code 3 first" in said, said
+    # The failing rank's own log, read on its node, under its resolved path.
+    assert f"the last lines of {RUNS}/{run_id}/workers/" in said and "*" not in said.split("the last lines of")[1].split(":")[0]
+    assert "TORCHFLEET_FAIL rank=2" in said
+    record = runs_json(cluster)[run_id]
+    assert (record["state"], record["failed_rank"], record["failed_host"]) == ("failed", 2, NODES[2])
+    # An attached launch of the same exits with the same code.
+    attached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--",
+                          *SHORT, "--fail-on-rank", "2")
+    assert attached.returncode == 3, attached.stderr[-3000:]
+
+
+def test_ctrl_c_of_an_attached_launch_stops_the_run_everywhere(cluster):
+    launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", "--", *ENDLESS)
+    try:
+        wait_until(lambda: any(line.startswith("epoch 1/") for line in launch.lines), LIMIT, "training")
+        run_id = launch.run_id()
+        # A terminal's ^C: SIGINT to the foreground process group.
+        os.killpg(launch.process.pid, signal.SIGINT)
+        rc = launch.wait(LIMIT)
+    finally:
+        launch.kill()
+    assert rc == 130, launch.errors
+    assert f"torchfleet: run {run_id} stopped" in launch.errors, launch.errors
+    for node in NODES:
+        assert left_on(node) == [], node
+    assert runs_json(cluster)[run_id]["state"] == "stopped"
+
+
+def test_a_supervisor_killed_mid_run_reads_as_lost_and_stop_still_ends_the_run(cluster):
+    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+                          "--", *ENDLESS)
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    run_id = detached.stdout.split()[1]
+    killed = run(["docker", "exec", HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f", f"_run_supervisor.py {RUNS}/{run_id}"],
+                 timeout=60)
+    assert killed.returncode == 0, killed.stderr
+    assert runs_json(cluster)[run_id]["state"] == "lost"
+    # The run itself goes on without its supervisor, until stopped.
+    for node in NODES:
+        assert any("train.py" in line for line in left_on(node)), node
+    stopped = torchfleet(cluster, "stop", run_id)
+    assert stopped.returncode == 0, stopped.stderr[-3000:]
+    for node in NODES:
+        assert left_on(node) == [], node
+    assert runs_json(cluster)[run_id]["state"] == "lost"

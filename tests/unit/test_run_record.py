@@ -1,0 +1,182 @@
+"""A run's record and its output as followers see it: pure logic, and real files and processes
+of this machine (no cluster)."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_record as rr
+from torchfleet import follow
+
+TORCHRUN = {"nodes": ["n0", "n1", "n2"], "slots": [2, 2, 2], "mode": "torchrun", "nproc": 2}
+RANK = {"nodes": ["n0", "n1"], "slots": [2, 3], "mode": "rank", "nproc": 2}
+
+
+def running_record(run_id="r1", **changes):
+    me = os.getpid()
+    record = {"run_id": run_id, "state": "running", "rc": None, "supervisor_pid": me,
+              "supervisor_start": rr.process_start(me), "boot_id": rr.boot_id(),
+              "started_at": time.time(), **TORCHRUN}
+    record.update(changes)
+    return record
+
+
+@pytest.mark.parametrize("line, expected", [
+    # torchrun mode: Open MPI's tag names the node, torchrun's the local rank.
+    ("[1,1]<stdout>:[default1]:epoch 1", (3, "n1", "epoch 1")),
+    ("[1,0]<stdout>:[default0]:hello", (0, "n0", "hello")),
+    ("[1,2]<stderr>:[default0]:Traceback", (4, "n2", "Traceback")),
+    # torchrun's own line on a node: no rank.
+    ("[1,2]<stderr>:W1123 torch/distributed/run.py:874] ***", (None, "n2", "W1123 torch/distributed/run.py:874] ***")),
+    # mpirun's own words: neither.
+    ("mpirun noticed that process rank 1 ...", (None, None, "mpirun noticed that process rank 1 ...")),
+    ("", (None, None, "")),
+])
+def test_labelled_torchrun_mode(line, expected):
+    assert rr.labelled(line, TORCHRUN) == expected
+
+
+def test_labelled_rank_mode_maps_ranks_to_nodes_by_slots():
+    assert rr.labelled("[1,0]<stdout>:a", RANK) == (0, "n0", "a")
+    assert rr.labelled("[1,1]<stdout>:b", RANK) == (1, "n0", "b")
+    assert rr.labelled("[1,2]<stdout>:c", RANK) == (2, "n1", "c")
+    assert rr.labelled("[1,4]<stdout>:d", RANK) == (4, "n1", "d")
+    assert rr.labelled("[1,9]<stdout>:e", RANK) == (9, None, "e")  # beyond the slots: no node
+
+
+def test_shown_rank0_all_and_none():
+    lines = ["[1,0]<stdout>:[default0]:zero", "[1,0]<stdout>:[default1]:one", "[1,1]<stdout>:[default0]:two",
+             "[1,1]<stderr>:torchrun says", "mpirun: a node is gone"]
+    assert [rr.shown(line, TORCHRUN, "0") for line in lines] == ["zero", None, None, None, "mpirun: a node is gone"]
+    assert [rr.shown(line, TORCHRUN, "all") for line in lines] == [
+        "[rank 0 n0] zero", "[rank 1 n0] one", "[rank 2 n1] two", "[n1] torchrun says", "mpirun: a node is gone"]
+    assert {rr.shown(line, TORCHRUN, "none") for line in lines} == {None}
+
+
+def test_state_is_written_whole_and_a_gone_supervisor_reads_as_lost(tmp_path):
+    rr.write_state(str(tmp_path), running_record())
+    assert rr.read_state(str(tmp_path))["state"] == "running"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no partial file left
+    # A supervisor that died: its pid is gone (or reused by a process that started later).
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rr.write_state(str(tmp_path), running_record(supervisor_pid=dead.pid, supervisor_start=1))
+    assert rr.read_state(str(tmp_path))["state"] == "lost"
+    rr.write_state(str(tmp_path), running_record(boot_id="another-boot"))  # the head rebooted
+    assert rr.read_state(str(tmp_path))["state"] == "lost"
+    rr.write_state(str(tmp_path), running_record(supervisor_pid=dead.pid, state="succeeded", rc=0))
+    assert rr.read_state(str(tmp_path))["state"] == "succeeded"  # an ended run stays as it ended
+
+
+def test_list_runs_newest_first_without_runs_that_have_no_record(tmp_path):
+    for name, started in (("old", 1.0), ("new", 3.0), ("mid", 2.0)):
+        (tmp_path / name).mkdir()
+        rr.write_state(str(tmp_path / name), running_record(name, started_at=started, state="succeeded"))
+    (tmp_path / "before-records").mkdir()
+    assert [r["run_id"] for r in rr.list_runs(str(tmp_path))] == ["new", "mid", "old"]
+    assert [r["run_id"] for r in rr.list_runs(str(tmp_path), "mid")] == ["mid"]
+    assert rr.list_runs(str(tmp_path), "absent") == []
+    assert rr.list_runs(str(tmp_path / "nowhere")) == []
+    assert rr.newest_run(str(tmp_path)) == "new"
+
+
+def test_follow_streams_lines_as_written_and_ends_with_the_record(tmp_path):
+    run_dir = tmp_path / "r1"
+    run_dir.mkdir()
+    rr.write_state(str(run_dir), running_record())
+    log = run_dir / "launcher.log"
+    out = io.StringIO()
+    follower = threading.Thread(target=rr.follow, args=(str(run_dir), "0", True), kwargs={"out": out})
+    follower.start()
+    with open(log, "a") as handle:
+        handle.write("[1,0]<stdout>:[default0]:first\n[1,1]<stdout>:[default0]:not rank 0\n")
+        handle.flush()
+        time.sleep(0.3)
+        assert out.getvalue() == "L first\n"  # shown while the run goes on
+        handle.write("[1,0]<stdout>:[default0]:last, no newline")
+    rr.write_state(str(run_dir), running_record(state="failed", rc=3))
+    follower.join(timeout=10)
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["L first", "L last, no newline"]
+    assert json.loads(lines[2][2:])["rc"] == 3 and len(lines) == 3
+
+
+def test_follow_from_now_skips_what_was_written_and_print_does_not_wait(tmp_path):
+    run_dir = tmp_path / "r1"
+    run_dir.mkdir()
+    (run_dir / "launcher.log").write_text("[1,0]<stdout>:[default0]:old\n")
+    rr.write_state(str(run_dir), running_record())
+    out = io.StringIO()
+    record = rr.follow(str(run_dir), "0", until_end=False, out=out)
+    assert record["state"] == "running" and out.getvalue().startswith("L old\nE ")
+    out = io.StringIO()
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0))
+    rr.follow(str(run_dir), "0", from_start=False, out=out)
+    assert out.getvalue().startswith("E ")
+
+
+def test_follow_without_a_record_says_so(tmp_path):
+    out = io.StringIO()
+    record = rr.follow(str(tmp_path), wait_start=0.1, out=out)
+    assert record["state"] == "unknown" and "no run record" in record["msg"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The controller's side (torchfleet/follow.py)
+# ---------------------------------------------------------------------------------------------
+
+def test_ssh_argv_follows_the_inventorys_connection_settings():
+    argv = follow.ssh_argv("gpu01", {"ansible_host": "10.0.0.1", "ansible_port": 2222, "ansible_user": "admin",
+                                     "ansible_ssh_private_key_file": "/k/id",
+                                     "ansible_ssh_common_args": "-o ProxyJump=bastion -o UserKnownHostsFile=/k/kh"})
+    assert argv[1:] == ["-o", "BatchMode=yes", "-p", "2222", "-i", "/k/id", "-l", "admin",
+                        "-o", "ProxyJump=bastion", "-o", "UserKnownHostsFile=/k/kh", "10.0.0.1"]
+    assert not any("StrictHostKeyChecking=no" in word for word in argv)
+    assert follow.ssh_argv("gpu01", {})[-1] == "gpu01"
+
+
+def test_head_of_reads_head_account_and_log_dir():
+    hostvars = {"a": {"torchfleet_head": "b"}, "b": {}}
+    head = follow.head_of(["a", "b"], hostvars, {})
+    assert (head.name, head.user, head.log_dir) == ("b", "torchfleet", "~torchfleet/torchfleet/runs")
+    head = follow.head_of(["a", "b"], hostvars, {"log_dir": "/scratch/runs", "cluster_user_name": "ml"})
+    assert (head.user, head.log_dir) == ("ml", "/scratch/runs")
+    with pytest.raises(follow.FollowError, match="torchfleet_head 'c'"):
+        follow.head_of(["a"], {"a": {"torchfleet_head": "c"}}, {})
+
+
+def test_remote_command_switches_to_the_training_account_only_when_needed():
+    head = follow.Head("h", "torchfleet", "~torchfleet/torchfleet/runs", ["ssh", "h"])
+    assert follow.remote_command(head, {"ansible_user": "root"}, ["follow", "x"]).startswith("python3 -S -c ")
+    assert follow.remote_command(head, {"ansible_user": "torchfleet"}, ["follow", "x"]).startswith("python3 ")
+    assert follow.remote_command(head, {"ansible_user": "admin"}, ["follow", "x"]).startswith(
+        "sudo -n -u torchfleet -- python3 -S -c ")
+
+
+@pytest.mark.parametrize("record, code", [
+    ({"state": "succeeded", "rc": 0}, 0),
+    ({"state": "failed", "rc": 1, "failed_exit_code": 3}, 3),
+    ({"state": "failed", "rc": 137, "failed_exit_code": None}, 137),
+    ({"state": "stopped", "rc": 143}, 143),
+    ({"state": "lost", "rc": None}, 1),
+    ({"state": "failed", "rc": 0, "failed_exit_code": None}, 1),  # never 0 for a run that did not succeed
+])
+def test_exit_code_is_the_runs_own(record, code):
+    assert follow.exit_code(record) == code
+
+
+def test_end_report_names_the_cause_and_quotes_the_failing_log():
+    out, err = follow.end_report({"run_id": "r", "state": "failed", "rc": 1, "world_size": 6, "duration": 2.5,
+                                  "log_dir": "/runs/r", "msg": "rank 2 on n2 exited with code 3 first",
+                                  "failed_log": "/runs/r/workers/x/attempt_0/0/stderr.log",
+                                  "failed_host": "n2", "failed_log_tail": ["ModuleNotFoundError: No module named 'sympy'"]}, "n0")
+    assert out == ["run r: failed, rc 1, world size 6, 2.5 s, logs in /runs/r on n0"]
+    assert err[1] == "torchfleet: the last lines of /runs/r/workers/x/attempt_0/0/stderr.log on n2:"
+    assert err[2] == "  ModuleNotFoundError: No module named 'sympy'"
+    assert follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0}, "n0")[1] == []
