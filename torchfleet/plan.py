@@ -34,8 +34,11 @@ def parse_extra_vars(values: list[str]) -> dict:
     result: dict = {}
     for value in values:
         if value.startswith("@"):
+            if not Path(value[1:]).expanduser().is_file():
+                raise RenderError(f"-e {value}: no such file; give the path of a YAML or JSON file of "
+                                  f"variables after the @")
             try:
-                data = yaml.safe_load(Path(value[1:]).read_text())
+                data = yaml.safe_load(Path(value[1:]).expanduser().read_text())
             except (OSError, yaml.YAMLError) as error:
                 raise RenderError(f"-e {value}: cannot read it: {error}") from None
         elif value.lstrip().startswith(("{", "[")):

@@ -132,7 +132,8 @@ def test_detach_returns_while_the_run_runs_and_logs_follow_it_to_its_end(cluster
     lines = followed.stdout.splitlines()
     assert lines[-2].startswith("TORCHFLEET_RESULT "), lines[-5:]  # rank 0's last line, in full
     assert json.loads(lines[-2].split(" ", 1)[1])["world_size"] == 3
-    assert lines[-1].startswith(f"run {run_id}: succeeded, rc 0, world size 3"), lines[-1]
+    assert lines[-1].startswith(f"run {run_id}: rc 0, world size 3, "), lines[-1]
+    assert ", succeeded, logs in " in lines[-1]
     record = runs_json(cluster)[run_id]
     assert (record["state"], record["rc"], record["world_size"]) == ("succeeded", 0, 3)
     assert record["duration"] > 0 and record["started"] and record["failed_rank"] is None
@@ -162,7 +163,7 @@ def test_an_attached_launch_streams_and_its_run_outlives_the_controller(cluster)
     assert runs_json(cluster)[run_id]["state"] == "running"
     waited = torchfleet(cluster, "wait", run_id)
     assert waited.returncode == 0, waited.stderr[-3000:]
-    assert waited.stdout.startswith(f"run {run_id}: succeeded, rc 0"), waited.stdout
+    assert waited.stdout.startswith(f"run {run_id}: rc 0, ") and ", succeeded, " in waited.stdout, waited.stdout
     assert runs_json(cluster)[run_id]["state"] == "succeeded"
 
 

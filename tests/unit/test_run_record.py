@@ -176,7 +176,7 @@ def test_end_report_names_the_cause_and_quotes_the_failing_log():
                                   "log_dir": "/runs/r", "msg": "rank 2 on n2 exited with code 3 first",
                                   "failed_log": "/runs/r/workers/x/attempt_0/0/stderr.log",
                                   "failed_host": "n2", "failed_log_tail": ["ModuleNotFoundError: No module named 'sympy'"]}, "n0")
-    assert out == ["run r: failed, rc 1, world size 6, 2.5 s, logs in /runs/r on n0"]
+    assert out == ["run r: rc 1, world size 6, 2.5 s, failed, logs in /runs/r on n0"]
     assert err[1] == "torchfleet: the last lines of /runs/r/workers/x/attempt_0/0/stderr.log on n2:"
     assert err[2] == "  ModuleNotFoundError: No module named 'sympy'"
     assert follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0}, "n0")[1] == []
