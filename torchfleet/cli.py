@@ -224,23 +224,36 @@ def _launch(args: argparse.Namespace) -> int:
         else:
             _finish(args, outcome, {})
         return REFUSED
-    found = _follow_target(args)
-    head = found["head"]
+    head_name = result.get("nodes", ["?"])[0]
     if result.get("state") == "running" and args.detach:
         if args.json:
-            print(json.dumps({"run_id": run_id, "state": "running", "head": head.name,
+            print(json.dumps({"run_id": run_id, "state": "running", "head": head_name,
                               "log_dir": result.get("log_dir"), "world_size": result.get("world_size")}, indent=1))
         else:
-            print(f"run {run_id} is running on {head.name}, detached (world size {result.get('world_size')})")
+            print(f"run {run_id} is running on {head_name}, detached (world size {result.get('world_size')})")
             print(f"follow it: torchfleet logs -f {run_id}; wait for its end: torchfleet wait {run_id}; "
                   f"stop it: torchfleet stop {run_id}")
         return 0
-    if result.get("state") == "running":
-        print(f"torchfleet: run {run_id} started on {head.name} (world size {result.get('world_size')}); "
-              f"Ctrl-C stops it; closing this terminal or losing the connection does not "
-              f"(torchfleet logs -f {run_id} follows it again)", file=sys.stderr, flush=True)
-    return _follow_to_end(args, found, run_id, record=None if result.get("state") == "running" else result,
-                          stop_on_interrupt=True)
+    if result.get("state") != "running":  # it ended before every node's ranks ran: report it
+        return _follow_to_end(args, _launched_target(outcome, args), run_id, record=result)
+    print(f"torchfleet: run {run_id} started on {head_name} (world size {result.get('world_size')}); "
+          f"Ctrl-C stops it; closing this terminal or losing the connection does not "
+          f"(torchfleet logs -f {run_id} follows it again)", file=sys.stderr, flush=True)
+    return _follow_to_end(args, _launched_target(outcome, args), run_id, stop_on_interrupt=True)
+
+
+def _launched_target(outcome, args: argparse.Namespace) -> dict:
+    """The head and how to reach it, as the launch playbook told (set_stats: the connection
+    variables as Ansible resolved them), so the inventory need not be read again."""
+    from torchfleet import follow
+
+    told = outcome.progress.stats.get("artifact_data", {}).get("torchfleet_run")
+    if not told:
+        return _follow_target(args)
+    hostvars = {key: value for key, value in told["connection"].items() if value not in (None, "")}
+    head = follow.Head(name=told["head"], user=told["user"], log_dir=told["log_dir"],
+                       ssh=follow.ssh_argv(told["head"], hostvars))
+    return {"head": head, "hostvars": hostvars}
 
 
 def _follow_target(args: argparse.Namespace) -> dict:

@@ -221,3 +221,24 @@ def test_a_supervisor_killed_mid_run_reads_as_lost_and_stop_still_ends_the_run(c
     for node in NODES:
         assert left_on(node) == [], node
     assert runs_json(cluster)[run_id]["state"] == "lost"
+
+
+def test_the_commands_death_leaves_no_ansible_playbook_behind(cluster):
+    launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", "--", *SHORT)
+    try:
+        # Killed while its playbook starts the run (ansible-playbook runs on a pty of its own).
+        playbook = wait_until(lambda: run(["pgrep", "-P", str(launch.process.pid), "-f", "ansible-playbook"]).stdout.split(),
+                              60, "the command's ansible-playbook")[0]
+        with open(f"/proc/{playbook}/cmdline") as handle:
+            extra = next(arg for arg in handle.read().split("\0") if '"run_id"' in arg)
+        run_id = json.loads(extra)["run_id"]
+        os.killpg(launch.process.pid, signal.SIGKILL)
+        launch.wait(60)
+    finally:
+        launch.kill()
+    wait_until(lambda: not os.path.exists(f"/proc/{playbook}"), 30, "its ansible-playbook gone")
+    # Whether the run had started when the command died is a matter of timing; if it had, it is
+    # the cluster's and ends as it would have.
+    if run_id in runs_json(cluster):
+        waited = torchfleet(cluster, "wait", run_id)
+        assert waited.returncode == 0, waited.stderr[-3000:]
