@@ -8,7 +8,8 @@ hand-typed mpirun's start, side by side in the same rounds.
 (a) the hand-typed start: `ssh head mpirun ... python tick.py` until rank 0's first line is on
   this machine's terminal (then it is left to finish);
 (b) `torchfleet launch --detach bench/tick.py` until it returns (every node's ranks have
-  started); then `torchfleet wait` (not timed).
+  started); then `torchfleet wait` (not timed). Both start the same job, one plain Python rank
+  per node (rank mode); the latency rounds use torchrun mode, the path of a real training run.
 
     python bench/stream_latency.py -i inventory/local.yml --runs 5
 
@@ -64,8 +65,9 @@ def main():
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "stream_latency.json"))
     args = parser.parse_args()
     hosts, cluster_vars = inventory_nodes(args.inventory)
+    # The same job as the hand-typed one: one plain Python rank per node (rank mode, no torchrun).
     detach = ["torchfleet", "launch", "--detach", "bench/tick.py", "-i", args.inventory,
-              "-e", "nproc_per_node=1", "--", *TICKS]
+              "-e", "nproc_per_node=1", "-e", "launch_mode=rank", "--", *TICKS]
     wait = ["torchfleet", "wait", "-i", args.inventory]
     run_timed(detach)  # the first launch puts tick.py on the nodes, for the hand runs too
     run_timed(wait)
