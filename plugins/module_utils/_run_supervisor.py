@@ -101,7 +101,6 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
         return dict(zip((node.name for node in nodes), pool.map(ask, nodes)))
 
 
-
 def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace: int,
                      timeout: int | None = None) -> dict:
     """End what is left of `run_id` on every node but the head (which the module swept itself),

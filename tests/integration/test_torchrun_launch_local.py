@@ -25,8 +25,6 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_launch as tl
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_report as report
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_supervisor as supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "torchfleet.cluster.torchrun_launch"
@@ -418,6 +416,21 @@ def test_interrupting_ansible_on_the_head_stops_the_run(cluster):
     poll(lambda: not alive(args["run_id"]), "the run to be stopped")
     poll(lambda: not _running(module), "the module to exit")
     assert record_of(cluster, args["run_id"])["state"] == "stopped"
+
+
+def test_sighup_to_the_module_leaves_the_run_to_its_supervisor(cluster):
+    # A terminal closing, or sshd hanging up on the session: the module stops watching, the run
+    # goes on and records its end.
+    args = cluster.args(env_set={"TF_TEST_ACTION": "nap"}, stop_grace=2)
+    proc, tree = cluster.start(args)
+    wait_for_ranks(args["run_id"])
+    module = _module_pid(args["run_id"])
+    os.kill(module, signal.SIGHUP)
+    poll(lambda: not _running(module), "the module to exit")
+    assert record_of(cluster, args["run_id"])["state"] == "running"
+    poll(lambda: record_of(cluster, args["run_id"])["state"] != "running", "the run to end")
+    assert record_of(cluster, args["run_id"])["state"] == "succeeded"
+    proc.communicate(timeout=LIMIT)
 
 
 def test_losing_the_caller_leaves_the_run_to_its_supervisor(cluster):
