@@ -281,6 +281,27 @@ def _word(word: str) -> str:
     return "".join(parts)
 
 
+# Launcher options that take no value; every other option is followed by one (by two: --mca).
+_FLAGS = frozenset({"--tag-output", "--allow-run-as-root", "--envall", "--oversubscribe", "--verbose"})
+
+
+def command_lines(raw: list[str], words: list[str], shell: str) -> list[str]:
+    """The launcher's words (`words`, quoted; `raw`, as rendered) grouped as a person writes a
+    long command: the program, then each option with its value on a line, then the per-node
+    shell with its script, then that script's arguments."""
+    lines, i = [words[0]], 1
+    while i < len(raw) and raw[i] != shell:
+        take = 3 if raw[i] in ("--mca", "-mca", "--gmca") else 1
+        if take == 1 and raw[i].startswith("-") and raw[i] not in _FLAGS and i + 1 < len(raw) \
+                and raw[i + 1] != shell and not raw[i + 1].startswith("-"):
+            take = 2
+        lines.append(" ".join(words[i:i + take]))
+        i += take
+    if i < len(raw):
+        lines += [" ".join(words[i:i + 3]), " ".join(words[i + 3:])]  # sh -c SCRIPT, then $0 ARGS
+    return [line for line in lines if line]
+
+
 def batch_script(fmt: str, plan, rendered, *, nodes: int, gpus_per_node: int | None,
                  walltime: str | None, queue: str | None, account: str | None,
                  job_name: str = "torchfleet") -> str:
@@ -310,7 +331,7 @@ def batch_script(fmt: str, plan, rendered, *, nodes: int, gpus_per_node: int | N
     argv = rendered.argv
     user_args = len(plan.script_args)
     words = [_word(w) for w in argv[:len(argv) - user_args]] + [q(w) for w in argv[len(argv) - user_args:]]
-    command = " \\\n  ".join(words)
+    command = " \\\n  ".join(command_lines(argv, words, module_util("_launch_plan").SHELL))
     body = f"""#!/bin/bash
 {chr(10).join(headers)}
 # Written by `torchfleet render --format {fmt}`: one torchrun per node through mpirun, the

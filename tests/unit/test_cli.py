@@ -260,6 +260,10 @@ def test_batch_script_runs_the_same_launch(project, capsys, fmt):
     else:
         assert "#SBATCH --nodes=2" in script and "#SBATCH --partition=gpu" in script
         assert "#SBATCH --gpus-per-node=4" in script and "#SBATCH --account=proj1" in script
+    # Read by people before they submit it: each option with its value on a line of its own.
+    for line in ("  -np 2 \\\n", "  --map-by ppr:1:node \\\n", "  --mca btl tcp,self \\\n",
+                 "  -x NCCL_SOCKET_IFNAME \\\n", "  --tag-output \\\n", "  /bin/sh -c 'exec torchrun "):
+        assert line in script, script
     path = project / "job.sh"
     path.write_text(script)
     subprocess.run(["bash", "-n", str(path)], check=True)
@@ -339,3 +343,13 @@ def test_progress_counts_hosts_and_keeps_failures(tmp_path, live):
         assert "\x1b[2F" in text and "FAILED" in text  # redraws its two lines in place
     else:
         assert "torchfleet: Install\n" in text and "torchfleet: n2: FAILED: Check\n" in text
+
+
+def test_command_lines_pair_options_with_their_values():
+    from torchfleet.plan import command_lines
+
+    raw = ["mpiexec", "-n", "2", "--ppn", "1", "--envall", "--mca", "a", "b", "-x", "N", "--tag-output",
+           "/bin/sh", "-c", "exec x", "torchfleet", "--epochs", "3"]
+    assert command_lines(raw, raw, "/bin/sh") == [
+        "mpiexec", "-n 2", "--ppn 1", "--envall", "--mca a b", "-x N", "--tag-output",
+        "/bin/sh -c exec x", "torchfleet --epochs 3"]
