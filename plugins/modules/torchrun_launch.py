@@ -156,9 +156,11 @@ options:
   log_dir:
     description:
       - Directory on the head under which each run gets O(log_dir)/RUN_ID/, holding C(hostfile),
-        C(launcher.log) (the launcher's stdout and stderr), C(ranks/) (Open MPI's per-rank
-        files) and C(workers/) (torchrun's per-worker files, written on every node under the same
-        path).
+        C(launcher.log) (the launcher's stdout and stderr, each line tagged by Open MPI with the
+        process that wrote it), C(ranks/) (Open MPI's per-rank files), C(workers/) (torchrun's
+        per-worker files, written on every node under the same path), and the supervisor's
+        C(state.json) (the run's record), C(run.json) (its plan, no secret in it),
+        C(supervisor/) and C(supervisor.log). Nothing there is ever deleted by torchfleet.
     type: path
     default: ~/torchfleet/runs
   launch_timeout:
