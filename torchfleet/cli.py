@@ -289,6 +289,9 @@ def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True
     try:
         if record is None:
             record = follow.follow(head, found["hostvars"], run_id, ranks, from_start, on_line)
+        elif ranks == "0":  # it ended before it could be followed: rank 0's last lines instead
+            for line in record.get("rank0_tail") or []:
+                on_line(line)
     except KeyboardInterrupt:
         if stop_on_interrupt:
             return _interrupted(args, run_id)

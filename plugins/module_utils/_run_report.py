@@ -243,19 +243,23 @@ def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dic
             lost = parse_lost_daemon(text)
             return {"failed_rank": None, "failed_host": node_named(lost, order) if lost else None,
                     "failed_exit_code": None, "failed_log": paths["launcher"],
-                    "failed_log_tail": tail(text)}
+                    "failed_log_tail": untagged(tail(text))}
         host = rank_node(failure["rank"], order, mode) or failure["host"]
         if mode != "rank":
             # A per-node launcher (torchrun) failed without a worker failure summary: report
             # the node; there is no worker rank to name.
             return {"failed_rank": None, "failed_host": host, "failed_exit_code": failure["exit_code"],
-                    "failed_log": paths["launcher"], "failed_log_tail": tail(text)}
+                    "failed_log": paths["launcher"], "failed_log_tail": untagged(tail(text))}
         pattern = f"{paths['ranks']}/*/rank.{failure['rank']}/stderr"
     found, lines = read_log(host, pattern)
+    head, _, rest = pattern.rpartition("stderr")
+    if not lines and head:  # nothing on stderr (an exit without a traceback): its stdout says more
+        found_out, lines = read_log(host, head + "stdout" + rest)
+        found = found_out if lines else found
     lines = untagged(lines)
     return {"failed_rank": failure["rank"], "failed_host": host,
             "failed_exit_code": failure["exit_code"],
-            "failed_log": found or pattern, "failed_log_tail": lines or tail(text)}
+            "failed_log": found or pattern, "failed_log_tail": lines or untagged(tail(text))}
 
 
 def failure_message(run_id, rc, failure, paths) -> str:

@@ -235,6 +235,17 @@ def test_a_failing_rank_on_another_node_is_quoted_from_its_own_log(tmp_path):
                        "failed_log_tail": ["ModuleNotFoundError: No module named 'sympy'"]}
 
 
+def test_a_failing_rank_with_nothing_on_stderr_is_quoted_from_its_stdout(tmp_path):
+    logs = {"stdout": (f"{tmp_path}/ranks/1/rank.1/stdout", ["[1,1]<stdout>:about to fail"])}
+
+    def read_log(host, pattern):
+        return logs.get(pattern.rsplit("/", 1)[1], (None, []))
+    failure = report.describe_failure(captured("rank_exit3.log"), [Node("here", "10.0.0.1", 2)], "rank",
+                                      _paths(tmp_path), read_log=read_log)
+    assert failure["failed_log"] == f"{tmp_path}/ranks/1/rank.1/stdout"
+    assert failure["failed_log_tail"] == ["about to fail"]
+
+
 def test_torchrun_launcher_failure_without_summary_names_the_node(tmp_path):
     # torchrun itself failed (say, rendezvous timed out): Open MPI names the MPI process, which
     # is a node; there is no worker rank.
