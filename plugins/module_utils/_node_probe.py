@@ -221,17 +221,25 @@ def write_file(path: str, content: bytes) -> None:
         raise
 
 
+def read_end(path: str, limit: int = 4 * 1024 * 1024) -> str:
+    """The end of a log that may be many gigabytes: torchrun and Open MPI print their failure
+    reports last. Empty when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - limit))
+            return handle.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def log_tail(pattern: str, lines: int) -> dict:
     """The last `lines` lines of the file `pattern` names here (the latest torchrun attempt
     sorts last), and its resolved path; path None when there is no such file."""
     matches = sorted(glob.glob(pattern))
     if not matches:
         return {"path": None, "lines": []}
-    with open(matches[-1], "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        handle.seek(max(0, handle.tell() - 256 * 1024))
-        text = handle.read().decode("utf-8", "replace")
-    return {"path": matches[-1], "lines": text.splitlines()[-lines:]}
+    return {"path": matches[-1], "lines": read_end(matches[-1], 256 * 1024).splitlines()[-lines:]}
 
 
 def probe(request: dict) -> dict:

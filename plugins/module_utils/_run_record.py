@@ -93,9 +93,26 @@ def newest_run(log_dir: str) -> str | None:
 
 
 # Open MPI's --tag-output: "[JOB,RANK]<stdout>:" before each line of a process (the node's torchrun
-# in torchrun mode, the rank itself in rank mode); torchrun's --tee: "[defaultLOCAL_RANK]:".
+# in torchrun mode, the rank itself in rank mode), in launcher.log and in its per-rank files;
+# torchrun's --tee: "[defaultLOCAL_RANK]:".
 _MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>: ?")
 _WORKER_TAG = re.compile(r"^\[[A-Za-z_]\w*?(\d+)\]:")
+
+
+def untagged(lines: list[str]) -> list[str]:
+    """The lines without Open MPI's tag."""
+    return [_MPI_TAG.sub("", line) for line in lines]
+
+
+def slot_owner(rank: int, slots) -> int | None:
+    """The index of the node an MPI rank runs on when ranks fill each node's slots in order
+    (--map-by slot); None beyond the last slot."""
+    filled = 0
+    for index, count in enumerate(slots):
+        filled += count
+        if rank < filled:
+            return index
+    return None
 
 
 def labelled(line: str, record: dict) -> tuple[int | None, str | None, str]:
@@ -107,12 +124,8 @@ def labelled(line: str, record: dict) -> tuple[int | None, str | None, str]:
     process, text = int(tag.group(1)), line[tag.end():]
     nodes, mode = record.get("nodes") or [], record.get("mode")
     if mode == "rank":
-        rank, index = process, None
-        for position, slots in enumerate(record.get("slots") or []):
-            if rank < sum((record.get("slots") or [])[:position + 1]):
-                index = position
-                break
-        return rank, nodes[index] if index is not None else None, text
+        index = slot_owner(process, record.get("slots") or [])
+        return process, nodes[index] if index is not None else None, text
     host = nodes[process] if 0 <= process < len(nodes) else None
     worker = _WORKER_TAG.match(text)
     if not worker:

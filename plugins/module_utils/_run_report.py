@@ -2,15 +2,20 @@
 user reads about it.
 
 Used by the launch module and by the run's supervisor on the head (which runs this file outside
-Ansible), so it imports only the standard library.
+Ansible), so it imports only the standard library and its two siblings that do the same.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 import signal
+
+try:
+    from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe, _run_record
+except ImportError:  # run as a file on the head, beside the files it needs (see _run_supervisor)
+    import _node_probe  # type: ignore[no-redef]
+    import _run_record  # type: ignore[no-redef]
 
 STOP_HINT = "ansible-playbook launch.yml -e action=stop (or: torchfleet stop)"
 TAIL_LINES = 20
@@ -28,8 +33,6 @@ def signal_name(status: int) -> str | None:
         return signal.Signals(status - 128).name
     except ValueError:
         return None
-
-
 
 
 # torchrun's summary, one per node whose workers failed:
@@ -126,16 +129,12 @@ def rank_node(rank: int, order, mode: str) -> str | None:
     with one process per node the MPI rank is the node's index."""
     if mode != "rank":
         return order[rank].name if 0 <= rank < len(order) else None
-    for node in order:
-        if rank < node.slots:
-            return node.name
-        rank -= node.slots
-    return None
+    index = _run_record.slot_owner(rank, [node.slots for node in order])
+    return order[index].name if index is not None else None
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> list[str]:
     return text.splitlines()[-lines:]
-
 
 
 def group_runs(procs) -> list[dict]:
@@ -143,7 +142,6 @@ def group_runs(procs) -> list[dict]:
     for proc in procs:
         runs.setdefault(proc["run_id"], []).append(proc["pid"])
     return [{"run_id": run_id, "pids": pids} for run_id, pids in sorted(runs.items())]
-
 
 
 def cleanup_message(ended, name_silent: bool = True) -> str:
@@ -174,51 +172,24 @@ def timeout_message(run_id, timeout, grace, silent, run_dir) -> str:
     return f"{what}; logs under {run_dir}"
 
 
-
-def read_end(path: str, limit: int = 4 * 1024 * 1024) -> str:
-    """The end of a log that may be many gigabytes: torchrun and Open MPI print their failure
-    reports last."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - limit))
-            return handle.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-# Open MPI's --tag-output puts "[JOB,RANK]<stdout>:" before every line, in its per-rank files too.
-_MPI_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr|stddiag)>: ?")
-
-
-def untagged(lines: list[str]) -> list[str]:
-    return [_MPI_TAG.sub("", line) for line in lines]
-
-
 def read_tail(path: str, lines: int = TAIL_LINES) -> list[str]:
-    return untagged(tail(read_end(path, 256 * 1024), lines))
-
-
-def first_match(pattern: str) -> str | None:
-    """The file a log pattern names on this node: the latest torchrun attempt sorts last."""
-    matches = sorted(glob.glob(pattern))
-    return matches[-1] if matches else None
+    return _run_record.untagged(tail(_node_probe.read_end(path, 256 * 1024), lines))
 
 
 def rank0_tail(mode: str, paths) -> list[str]:
     # Global rank 0 runs on the head: torchrun's worker 0 there, or Open MPI's rank 0.
     if mode == "rank":
-        found = first_match(os.path.join(paths["ranks"], "*", "rank.0", "stdout"))
+        pattern = os.path.join(paths["ranks"], "*", "rank.0", "stdout")
     else:
-        found = first_match(os.path.join(paths["workers"], "*", "attempt_*", "0", "stdout.log"))
-    return read_tail(found) if found else []
+        pattern = os.path.join(paths["workers"], "*", "attempt_*", "0", "stdout.log")
+    return _run_record.untagged(_node_probe.log_tail(pattern, TAIL_LINES)["lines"])
 
 
 def head_log(order):
     """A `read_log` that reads the head's own files and nothing of the other nodes."""
     def read(host, pattern):
-        found = first_match(pattern) if host == order[0].name else None
-        return found, read_tail(found) if found else []
+        found = _node_probe.log_tail(pattern, TAIL_LINES) if host == order[0].name else {}
+        return found.get("path"), found.get("lines", [])
     return read
 
 
@@ -243,23 +214,23 @@ def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dic
             lost = parse_lost_daemon(text)
             return {"failed_rank": None, "failed_host": node_named(lost, order) if lost else None,
                     "failed_exit_code": None, "failed_log": paths["launcher"],
-                    "failed_log_tail": untagged(tail(text))}
+                    "failed_log_tail": _run_record.untagged(tail(text))}
         host = rank_node(failure["rank"], order, mode) or failure["host"]
         if mode != "rank":
             # A per-node launcher (torchrun) failed without a worker failure summary: report
             # the node; there is no worker rank to name.
             return {"failed_rank": None, "failed_host": host, "failed_exit_code": failure["exit_code"],
-                    "failed_log": paths["launcher"], "failed_log_tail": untagged(tail(text))}
+                    "failed_log": paths["launcher"], "failed_log_tail": _run_record.untagged(tail(text))}
         pattern = f"{paths['ranks']}/*/rank.{failure['rank']}/stderr"
     found, lines = read_log(host, pattern)
     head, _, rest = pattern.rpartition("stderr")
     if not lines and head:  # nothing on stderr (an exit without a traceback): its stdout says more
         found_out, lines = read_log(host, head + "stdout" + rest)
         found = found_out if lines else found
-    lines = untagged(lines)
+    lines = _run_record.untagged(lines)
     return {"failed_rank": failure["rank"], "failed_host": host,
             "failed_exit_code": failure["exit_code"],
-            "failed_log": found or pattern, "failed_log_tail": lines or untagged(tail(text))}
+            "failed_log": found or pattern, "failed_log_tail": lines or _run_record.untagged(tail(text))}
 
 
 def failure_message(run_id, rc, failure, paths) -> str:

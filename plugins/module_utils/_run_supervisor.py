@@ -289,7 +289,7 @@ class Run:
         elif rc != 0:
             state = "failed"
             failure = _run_report.describe_failure(
-                _run_report.read_end(paths["launcher"]), self.nodes, plan["mode"], paths,
+                _node_probe.read_end(paths["launcher"]), self.nodes, plan["mode"], paths,
                 plan["nproc"], read_log=self.read_log)
             result.update(failure)
             msg = _run_report.failure_message(run_id, rc, failure, paths) + left

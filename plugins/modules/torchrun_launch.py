@@ -810,7 +810,7 @@ def start_supervisor(module, run_dir, lib, env, result):
     while True:
         record = _run_record.read_state(run_dir)
         if record and (record["launcher_pid"] or record["state"] != "running"):
-            return proc, record
+            return proc
         if proc.poll() is not None:
             with open(os.path.join(run_dir, "supervisor.log"), encoding="utf-8", errors="replace") as handle:
                 said = handle.read()[-2000:]
@@ -906,7 +906,7 @@ def start_run(module, control_dir):
     }
     lib = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
     result["changed"] = True
-    supervisor, record = start_supervisor(module, run_dir, lib, env, result)
+    supervisor = start_supervisor(module, run_dir, lib, env, result)
     record = follow_run(module, plan, run_dir, supervisor, control_dir)
     for warning in record.get("warnings", []):
         module.warn(warning)
