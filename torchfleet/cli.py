@@ -6,7 +6,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -257,18 +256,16 @@ def _launched_target(outcome, args: argparse.Namespace) -> dict:
 
 
 def _follow_target(args: argparse.Namespace) -> dict:
+    """The head and the ssh that reaches it, from the inventory (see _cluster_vars)."""
     from torchfleet import follow
-    from torchfleet.plan import parse_extra_vars, read_inventory
-    from torchfleet.run import ansible_env
 
-    with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
-        inventories = _inventories(args, Path(scratch))
-        hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()))
+    found = _cluster_vars(args)
     try:
-        head = follow.head_of(hosts, hostvars, parse_extra_vars(args.extra_vars))
+        ssh = follow.ssh_argv(found["head"], found["hostvars"])
     except follow.FollowError as error:
         raise UsageError(str(error)) from None
-    return {"head": head, "hostvars": hostvars[head.name]}
+    head = follow.Head(name=found["head"], user=found["user"], log_dir=found["log_dir"], ssh=ssh)
+    return {"head": head, "hostvars": found["hostvars"]}
 
 
 def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True,
@@ -375,21 +372,15 @@ def _logs(args: argparse.Namespace) -> int:
     found = _follow_target(args)
     if args.follow:
         return _follow_to_end(args, found, args.run_id, from_start=not args.since_now)
-    head = found["head"]
-    where = f"{head.log_dir}/{args.run_id}" if args.run_id else head.log_dir
-    command = follow.remote_command(head, found["hostvars"],
-                                    ["print", where, "all" if args.all_ranks else "0"])
-    done = subprocess.run([*head.ssh, command], capture_output=True, text=True, errors="replace")
-    record, lines = None, []
-    for raw in done.stdout.splitlines():
-        if raw.startswith("L "):
-            lines.append(raw[2:])
-        elif raw.startswith("E "):
-            record = json.loads(raw[2:])
-    if record is None or record.get("state") == "unknown":
-        said = record.get("msg") if record else (done.stderr.strip() or f"ssh exited {done.returncode}")
+    head, lines = found["head"], []
+    try:
+        record = follow.follow(head, found["hostvars"], args.run_id, "all" if args.all_ranks else "0",
+                               on_line=lines.append, until_end=False)
+    except follow.FollowError as error:
+        record = {"state": "unknown", "msg": str(error)}
+    if record.get("state") == "unknown":
         print(f"torchfleet: no log of {'run ' + args.run_id if args.run_id else 'any run'} on "
-              f"{head.name}: {said}", file=sys.stderr)
+              f"{head.name}: {record.get('msg')}", file=sys.stderr)
         return 1
     print(f"# {record['run_id']} ({record['state']})")
     follow.print_lines(lines)
@@ -405,12 +396,8 @@ def _logs(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     """The cluster's runs, newest first, from their records on the head (torchrun_run_info)."""
     found = _cluster_vars(args)
-    from torchfleet.plan import parse_extra_vars
-
-    extra = parse_extra_vars(args.extra_vars)
-    log_dir = str(extra.get("log_dir") or found["workdir"] + "/runs")
     args.limit = None
-    outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps({"log_dir": log_dir}),
+    outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps({"log_dir": found["log_dir"]}),
                      found["head"], ["--become", "--become-user", found["user"]])
     runs = next((item["res"].get("runs", []) for item in outcome.progress.results), [])
     if outcome.rc != 0:
@@ -442,17 +429,20 @@ def _adhoc(args: argparse.Namespace, module: str, module_args: str, pattern: str
 
 
 def _cluster_vars(args: argparse.Namespace) -> dict:
-    """The head, the training account and its work directory, from the inventory."""
-    from torchfleet.plan import read_inventory
+    """The head, the training account, the runs' directory (follow.head_account) and the head's
+    inventory variables, from the inventory and -e."""
+    from torchfleet import follow
+    from torchfleet.plan import parse_extra_vars, read_inventory
     from torchfleet.run import ansible_env
 
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         inventories = _inventories(args, Path(scratch))
         hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()))
-    first = hostvars[hosts[0]]
-    return {"head": first.get("torchfleet_head") or hosts[0],
-            "user": first.get("cluster_user_name", "torchfleet"),
-            "workdir": first.get("cluster_user_workdir", "~/torchfleet")}
+    try:
+        head, user, log_dir = follow.head_account(hosts, hostvars, parse_extra_vars(args.extra_vars))
+    except follow.FollowError as error:
+        raise UsageError(str(error)) from None
+    return {"head": head, "user": user, "log_dir": log_dir, "hostvars": hostvars[head]}
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -51,8 +51,8 @@ def ssh_argv(name: str, hostvars: dict) -> list[str]:
     return argv + [str(hostvars.get("ansible_host") or name)]
 
 
-def head_of(hosts: list[str], hostvars: dict, extra: dict) -> Head:
-    """The head, its training account and the runs' directory, from the inventory and -e."""
+def head_account(hosts: list[str], hostvars: dict, extra: dict) -> tuple[str, str, str]:
+    """(the head, its training account, the runs' directory), from the inventory and -e."""
     first = hostvars[hosts[0]]
     name = extra.get("torchfleet_head") or first.get("torchfleet_head") or hosts[0]
     if name not in hostvars:
@@ -62,7 +62,7 @@ def head_of(hosts: list[str], hostvars: dict, extra: dict) -> Head:
     log_dir = str(extra.get("log_dir") or workdir + "/runs")
     if log_dir.startswith("~/") or log_dir == "~":
         log_dir = f"~{user}" + log_dir[1:]  # the training account's home, whoever reads it
-    return Head(name=name, user=user, log_dir=log_dir, ssh=ssh_argv(name, hostvars[name]))
+    return name, user, log_dir
 
 
 def remote_command(head: Head, hostvars: dict, args: list[str]) -> str:
@@ -77,11 +77,13 @@ def remote_command(head: Head, hostvars: dict, args: list[str]) -> str:
 
 
 def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", from_start: bool = True,
-           on_line=None) -> dict:
-    """Stream the run's output (`on_line(text)` for each shown line) until it has ended; returns
-    its record. `ranks`: "0", "all" or "none" (see _run_record.shown)."""
+           on_line=None, until_end: bool = True) -> dict:
+    """Stream the run's output (`on_line(text)` for each shown line) until it has ended (or,
+    not `until_end`, what it has written so far); returns its record. `ranks`: "0", "all" or
+    "none" (see _run_record.shown). The newest run when `run_id` is None."""
     where = f"{head.log_dir}/{run_id}" if run_id else head.log_dir
-    command = remote_command(head, hostvars, ["follow", where, ranks, "start" if from_start else "now"])
+    verb = "follow" if until_end else "print"
+    command = remote_command(head, hostvars, [verb, where, ranks, "start" if from_start else "now"])
     # ssh ignores a terminal's Ctrl-C (it keeps a signal ignored across exec): the Ctrl-C is for
     # this process, which decides what it means. Ansible-runner's handler for it is replaced.
     signal.signal(signal.SIGINT, signal.default_int_handler)

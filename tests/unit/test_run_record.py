@@ -141,14 +141,13 @@ def test_ssh_argv_follows_the_inventorys_connection_settings():
     assert follow.ssh_argv("gpu01", {})[-1] == "gpu01"
 
 
-def test_head_of_reads_head_account_and_log_dir():
+def test_head_account_reads_head_account_and_log_dir():
     hostvars = {"a": {"torchfleet_head": "b"}, "b": {}}
-    head = follow.head_of(["a", "b"], hostvars, {})
-    assert (head.name, head.user, head.log_dir) == ("b", "torchfleet", "~torchfleet/torchfleet/runs")
-    head = follow.head_of(["a", "b"], hostvars, {"log_dir": "/scratch/runs", "cluster_user_name": "ml"})
-    assert (head.user, head.log_dir) == ("ml", "/scratch/runs")
+    assert follow.head_account(["a", "b"], hostvars, {}) == ("b", "torchfleet", "~torchfleet/torchfleet/runs")
+    _, user, log_dir = follow.head_account(["a", "b"], hostvars, {"log_dir": "/scratch/runs", "cluster_user_name": "ml"})
+    assert (user, log_dir) == ("ml", "/scratch/runs")
     with pytest.raises(follow.FollowError, match="torchfleet_head 'c'"):
-        follow.head_of(["a"], {"a": {"torchfleet_head": "c"}}, {})
+        follow.head_account(["a"], {"a": {"torchfleet_head": "c"}}, {})
 
 
 def test_remote_command_switches_to_the_training_account_only_when_needed():
