@@ -225,6 +225,19 @@ def _ensure_key(state: Path) -> str:
     return (state / "id_ed25519.pub").read_text().strip()
 
 
+def _refuse_foreign_nodes(name: str, pubkey: str) -> None:
+    """Nodes of this name started for another key (the state directory was removed, or another
+    XDG_STATE_HOME holds the name) would refuse ours with "Permission denied": refuse before
+    anything of theirs is changed."""
+    for container in _containers(name):
+        env = docker("inspect", "--format", "{{range .Config.Env}}{{println .}}{{end}}", container).stdout
+        if f"TORCHFLEET_AUTHORIZED_KEY={pubkey}" not in env.splitlines():
+            raise ClusterError(f"{container} exists but was started for another SSH key than {state_dir(name)} "
+                               f"holds (its state directory was removed, or another XDG_STATE_HOME uses the "
+                               f"name {name!r}); remove them with `torchfleet cluster down --name {name}`, or choose another "
+                               f"name with --name")
+
+
 def _start_node(name: str, index: int, pubkey: str, image: str) -> None:
     container = f"tf-{name}-node{index}"
     hostname = f"node{index}"
@@ -309,6 +322,7 @@ def up(name: str = "local", nodes: int = 3, inventory: Path | None = None, image
     _ensure_network(name)
     state = state_dir(name)
     pubkey = _ensure_key(state)
+    _refuse_foreign_nodes(name, pubkey)
     wanted = [f"tf-{name}-node{i}" for i in range(nodes)]
     for extra in set(_containers(name)) - set(wanted):
         docker("rm", "-f", extra)

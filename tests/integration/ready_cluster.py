@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# Another name lets two test sessions run side by side, each on its own containers.
-NAME = os.environ.get("TORCHFLEET_TEST_CLUSTER", "tfit")
+# A name per test session: two sessions side by side (or one beside a CI run on the same Docker)
+# each get their own containers, never the other's, whose key is not theirs.
+NAME = os.environ.get("TORCHFLEET_TEST_CLUSTER") or f"tfit{os.getpid()}"
 NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
 
 

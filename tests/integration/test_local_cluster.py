@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-NAME = "tftest"
+NAME = f"tftest{os.getpid()}"  # its own per session, like ready_cluster's
 pytestmark = pytest.mark.cluster
 
 
@@ -27,7 +27,7 @@ def cluster(tmp_path_factory):
     """Two nodes under a cluster name of the tests' own, with state kept out of the user's home."""
     tmp = tmp_path_factory.mktemp("cluster")
     env = dict(os.environ, XDG_STATE_HOME=str(tmp / "state"))
-    inventory = tmp / "inventory" / "tftest.yml"
+    inventory = tmp / "inventory" / f"{NAME}.yml"
     up = torchfleet("cluster", "up", "--name", NAME, "--nodes", "2", "--inventory", str(inventory), env=env)
     assert up.returncode == 0, up.stderr
     yield {"env": env, "inventory": inventory, "tmp": tmp, "up": up}
@@ -40,9 +40,9 @@ def containers():
 
 
 def test_up_starts_nodes_with_sshd_and_a_docker0_look_alike(cluster):
-    assert sorted(containers()) == ["tf-tftest-node0", "tf-tftest-node1"]
+    assert sorted(containers()) == [f"tf-{NAME}-node0", f"tf-{NAME}-node1"]
     for index in (0, 1):
-        node = f"tf-tftest-node{index}"
+        node = f"tf-{NAME}-node{index}"
         assert docker("exec", node, "hostname").stdout.strip() == f"node{index}"
         docker0 = docker("exec", node, "ip", "-4", "-o", "addr", "show", "dev", "docker0").stdout
         assert "172.17.0.1/16" in docker0
@@ -50,14 +50,14 @@ def test_up_starts_nodes_with_sshd_and_a_docker0_look_alike(cluster):
 
 
 def test_every_node_has_host_keys_of_its_own(cluster):
-    keys = {docker("exec", f"tf-tftest-node{i}", "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
+    keys = {docker("exec", f"tf-{NAME}-node{i}", "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
             for i in (0, 1)}
     assert len(keys) == 2
 
 
 def test_inventory_reaches_every_node_over_ssh_with_strict_host_keys(cluster):
     text = cluster["inventory"].read_text()
-    assert "StrictHostKeyChecking=yes" in text and "torchfleet_head: tf-tftest-node0" in text
+    assert "StrictHostKeyChecking=yes" in text and f"torchfleet_head: tf-{NAME}-node0" in text
     result = subprocess.run(
         ["ansible", "cluster", "-i", str(cluster["inventory"]), "-m", "ansible.builtin.command",
          "-a", "cat /etc/hostname", "--one-line"],
@@ -65,8 +65,8 @@ def test_inventory_reaches_every_node_over_ssh_with_strict_host_keys(cluster):
         env=dict(cluster["env"], ANSIBLE_HOST_KEY_CHECKING="True"),
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "tf-tftest-node0 | CHANGED | rc=0 | (stdout) node0" in result.stdout
-    assert "tf-tftest-node1 | CHANGED | rc=0 | (stdout) node1" in result.stdout
+    assert f"tf-{NAME}-node0 | CHANGED | rc=0 | (stdout) node0" in result.stdout
+    assert f"tf-{NAME}-node1 | CHANGED | rc=0 | (stdout) node1" in result.stdout
 
 
 def test_a_changed_host_key_is_refused(cluster):
@@ -74,11 +74,11 @@ def test_a_changed_host_key_is_refused(cluster):
     state = Path(cluster["env"]["XDG_STATE_HOME"]) / "torchfleet" / NAME
     forged = cluster["tmp"] / "forged_known_hosts"
     lines = (state / "known_hosts").read_text().splitlines()
-    other = {line.split()[1]: line.split()[2] for line in lines if line.startswith("tf-tftest-node1")}
+    other = {line.split()[1]: line.split()[2] for line in lines if line.startswith(f"tf-{NAME}-node1")}
     forged.write_text("".join(f"{line.split()[0]} {line.split()[1]} {other[line.split()[1]]}\n"
-                              for line in lines if line.startswith("tf-tftest-node0")))
-    address = json.loads(docker("inspect", "tf-tftest-node0").stdout)[0]["NetworkSettings"]["Networks"][
-        "tf-tftest"]["IPAddress"]
+                              for line in lines if line.startswith(f"tf-{NAME}-node0")))
+    address = json.loads(docker("inspect", f"tf-{NAME}-node0").stdout)[0]["NetworkSettings"]["Networks"][
+        f"tf-{NAME}"]["IPAddress"]
     result = subprocess.run(
         ["ssh", "-i", str(state / "id_ed25519"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
          "-o", f"UserKnownHostsFile={forged}", f"root@{address}", "true"],
@@ -96,10 +96,22 @@ def test_second_up_keeps_nodes_and_image(cluster):
     assert containers() == before
 
 
+def test_up_refuses_nodes_started_for_another_key(cluster, tmp_path):
+    """Another state directory under the same name has another key: adopting those nodes would end
+    in "Permission denied" at the first ssh, so `up` refuses and names the way out."""
+    before = containers()
+    other = torchfleet("cluster", "up", "--name", NAME, "--nodes", "2", "--inventory", str(tmp_path / "inv.yml"),
+                       env=dict(cluster["env"], XDG_STATE_HOME=str(tmp_path / "other-state")))
+    assert other.returncode != 0
+    assert f"tf-{NAME}-node0 exists but was started for another SSH key" in other.stderr
+    assert "--name" in other.stderr and not (tmp_path / "inv.yml").exists()
+    assert containers() == before
+
+
 def test_status_lists_the_nodes(cluster):
     result = torchfleet("cluster", "status", "--name", NAME, "--json", env=cluster["env"])
     rows = json.loads(result.stdout)
-    assert [r["name"] for r in rows] == ["tf-tftest-node0", "tf-tftest-node1"]
+    assert [r["name"] for r in rows] == [f"tf-{NAME}-node0", f"tf-{NAME}-node1"]
     assert all(r["running"] and r["address"] for r in rows)
 
 
