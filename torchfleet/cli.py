@@ -18,12 +18,13 @@ def _cluster(args: argparse.Namespace) -> int:
         name = localcluster.validate_name(args.name)
         inventory = Path(args.inventory) if args.inventory else None
         if args.action == "up":
-            localcluster.up(name=name, nodes=args.nodes, inventory=inventory)
+            localcluster.up(name=name, nodes=args.nodes, inventory=inventory, slurm=args.slurm)
         elif args.action == "down":
             localcluster.down(name=name, inventory=inventory)
         elif args.action == "image":
             localcluster.ensure_engine()
-            print(localcluster.ensure_image(rebuild=args.rebuild))
+            build = localcluster.ensure_slurm_image if args.slurm else localcluster.ensure_image
+            print(build(rebuild=args.rebuild))
         elif args.action == "status":
             rows = localcluster.status(name)
             if args.json:
@@ -211,7 +212,8 @@ def _launch(args: argparse.Namespace) -> int:
     _check_run_id(run_id)
     try:
         outcome = _playbook(args, "launch", script=_script_path(args.script),
-                            script_args=list(args.script_args), run_id=run_id, detach=True)
+                            script_args=list(args.script_args), run_id=run_id, detach=True,
+                            **({"scheduler": args.scheduler} if args.scheduler else {}))
     except KeyboardInterrupt:
         return _interrupted(args, run_id)
     started = [item["res"] for item in _results(outcome, LAUNCH, failed=True)]
@@ -460,6 +462,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _render(args: argparse.Namespace) -> int:
     from torchfleet import plan as tfplan
+    from torchfleet.collection import module_util
     from torchfleet.run import ansible_env, fact_cache_dir
 
     extra = tfplan.parse_extra_vars(args.extra_vars)
@@ -474,15 +477,12 @@ def _render(args: argparse.Namespace) -> int:
     if batch:
         if not args.nodes or args.nodes < 1:
             raise UsageError(f"--format {args.format} needs --nodes N (the allocation's node count)")
-        if args.nodes > 1 and not extra.get("interface"):
-            raise UsageError(f"--format {args.format} with several nodes needs -e interface=NAME, "
-                             f"the nodes' cluster network interface (e.g. ib0 or eth0)")
     plan, source = tfplan.build(args.script, list(args.script_args), extra, hosts, hostvars,
                                 fact_cache_dir(), batch_nodes=args.nodes if batch else None,
-                                batch_slots=args.gpus_per_node)
+                                batch_slots=args.gpus_per_node, batch_format=args.format)
     rendered = tfplan.render(plan)
     if batch:
-        sys.stdout.write(tfplan.batch_script(
+        sys.stdout.write(module_util("_batch_script").batch_script(
             args.format, plan, rendered, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
             walltime=args.walltime, queue=args.queue, account=args.account))
         return 0
@@ -510,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--name", default="local",
                          help="cluster name; containers are tf-NAME-nodeN (default: local)")
     cluster.add_argument("--inventory", help="where `up` writes the inventory (default: inventory/NAME.yml)")
+    cluster.add_argument("--slurm", action="store_true",
+                         help="with `up` and `image`: nodes that run Slurm (munge, slurmd on every node, "
+                              "slurmctld on node0, one partition `torchfleet` of all nodes)")
     cluster.add_argument("--rebuild", action="store_true", help="with `image`: build even if cached")
     cluster.add_argument("--json", action="store_true", help="with `status`: print JSON")
     cluster.set_defaults(func=_cluster)
@@ -537,6 +540,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="return with the run id once every node's ranks have started")
             p.add_argument("--all-ranks", action="store_true",
                            help="stream every rank's output, each line as [rank N host] (default: rank 0's)")
+            p.add_argument("--scheduler", choices=["none", "slurm"],
+                           help="slurm: submit the run as a Slurm batch job with sbatch on the head "
+                                "(-e slurm_partition=, slurm_account=, slurm_time_limit=); default: "
+                                "mpirun over ssh")
         if name == "render":
             p.add_argument("--format", choices=["text", "json", "pbs", "slurm"], default="text",
                            help="pbs/slurm: a batch script that launches from inside an allocation")

@@ -96,6 +96,8 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
             if raw.startswith("L "):
                 if on_line:
                     on_line(raw[2:].rstrip("\n"))
+            elif raw.startswith("S "):  # a Slurm job's state: pending (and why), running
+                print(f"torchfleet: {raw[2:].rstrip()}", file=sys.stderr, flush=True)
             elif raw.startswith("E "):
                 record = json.loads(raw[2:])
     finally:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shlex
 import shutil
@@ -152,10 +151,11 @@ def _as_int(value, what: str) -> int:
 # --- the plan ----------------------------------------------------------------------------------
 
 def build(script: str, script_args: list[str], extra: dict, hosts: list[str], hostvars: dict,
-          cache_dir: Path, batch_nodes: int | None = None, batch_slots: int | None = None):
+          cache_dir: Path, batch_nodes: int | None = None, batch_slots: int | None = None,
+          batch_format: str = "slurm"):
     """(Plan, source) as the launch role would build it; `source` is "facts" or "inventory".
 
-    With batch_nodes the nodes are placeholders filled in at run time (see batch_script)."""
+    With batch_nodes the nodes are placeholders filled in at run time (see _batch_script)."""
     lp = module_util("_launch_plan")
     first = hostvars.get(hosts[0], {}) if hosts else {}
     head = first.get("torchfleet_head") or (hosts[0] if hosts else None)
@@ -170,11 +170,16 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     interface = extra.get("interface")
 
     nodes = []
-    if batch_nodes:
+    if batch_nodes:  # one node as the pattern of the allocation's (_batch_script.for_allocation)
         slots = batch_slots or (nproc if nproc != "auto" else 1)
-        for i in range(batch_nodes):
-            nodes.append(lp.Node(name=f"node{i}", address=f"tf-node{i}.placeholder",
-                                 slots=slots, interface=interface))
+        if not interface and ready:  # the cluster interface setup found, as the launch uses it
+            interface = (facts[head].get("preflight_net") or {}).get("interface")
+        if batch_nodes > 1 and not interface:
+            raise RenderError("a batch script for several nodes needs their cluster network interface: "
+                              "run `torchfleet setup` first (its facts name it), or give -e interface=NAME "
+                              "(e.g. ib0 or eth0)")
+        nodes.append(lp.Node(name="node0", address="node0", slots=slots, interface=interface))
+        ready_head = head if ready else None
         head = "node0"
     else:
         for host in hosts:
@@ -193,7 +198,7 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
         raise RenderError("no facts cached for these nodes (run `torchfleet setup` first), and the "
                           "inventory does not name their cluster interface: give it with "
                           "-e interface=NAME (e.g. eth0)")
-    head_facts = (facts.get(head) or {}) if ready else {}
+    head_facts = (facts.get(ready_head if batch_nodes else head) or {}) if ready else {}
     home = (head_facts.get("getent_passwd") or {}).get(user, [None] * 5)[4] or f"~{user}"
     workdir = str(extra.get("cluster_user_workdir", f"{home}/torchfleet"))
     run_id = str(extra.get("run_id") or lp.new_run_id(datetime.now(timezone.utc), secrets.token_hex(3)))
@@ -226,10 +231,12 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     )
     if batch_nodes:
         import dataclasses
-        # Inside an allocation: logs beside the job, the script where it is, tools from PATH.
-        plan = dataclasses.replace(plan, script=script, hostfile_path=HOSTFILE, log_dir=None,
-                                   node_log_dir=None, run_id=RUN_ID, python="python3",
-                                   torchrun="torchrun", launcher=None, allow_run_as_root=False)
+        # Inside an allocation: output in the job's own file, the script where the job starts,
+        # the environment's tools from the facts where setup cached them (else from PATH).
+        plan = module_util("_batch_script").for_allocation(
+            dataclasses.replace(plan, script=script, log_dir=None, node_log_dir=None,
+                                allow_run_as_root=False),
+            batch_format, batch_nodes, slots)
     return plan, source
 
 
@@ -259,97 +266,3 @@ def as_text(plan, rendered, source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-# --- batch scripts -----------------------------------------------------------------------------
-
-HEAD = "tf-node0.placeholder"
-RUN_ID = "tf-run-placeholder"
-HOSTFILE = "/tf-hostfile-placeholder"
-_SUBS = {HEAD: '"$head"', RUN_ID: '"$run_id"', HOSTFILE: '"$hostfile"'}
-_SUB_RE = re.compile("|".join(re.escape(key) for key in _SUBS))
-
-
-def _word(word: str) -> str:
-    """shlex-quote `word`, with placeholders as run-time shell variables."""
-    parts, last = [], 0
-    for match in _SUB_RE.finditer(word):
-        if match.start() > last:
-            parts.append(shlex.quote(word[last:match.start()]))
-        parts.append(_SUBS[match.group()])
-        last = match.end()
-    if last < len(word) or not parts:
-        parts.append(shlex.quote(word[last:]))
-    return "".join(parts)
-
-
-# Launcher options that take no value; every other option is followed by one (by two: --mca).
-_FLAGS = frozenset({"--tag-output", "--allow-run-as-root", "--envall", "--oversubscribe", "--verbose"})
-
-
-def command_lines(raw: list[str], words: list[str], shell: str) -> list[str]:
-    """The launcher's words (`words`, quoted; `raw`, as rendered) grouped as a person writes a
-    long command: the program, then each option with its value on a line, then the per-node
-    shell with its script, then that script's arguments."""
-    lines, i = [words[0]], 1
-    while i < len(raw) and raw[i] != shell:
-        take = 3 if raw[i] in ("--mca", "-mca", "--gmca") else 1
-        if take == 1 and raw[i].startswith("-") and raw[i] not in _FLAGS and i + 1 < len(raw) \
-                and raw[i + 1] != shell and not raw[i + 1].startswith("-"):
-            take = 2
-        lines.append(" ".join(words[i:i + take]))
-        i += take
-    if i < len(raw):
-        lines += [" ".join(words[i:i + 3]), " ".join(words[i + 3:])]  # sh -c SCRIPT, then $0 ARGS
-    return [line for line in lines if line]
-
-
-def batch_script(fmt: str, plan, rendered, *, nodes: int, gpus_per_node: int | None,
-                 walltime: str | None, queue: str | None, account: str | None,
-                 job_name: str = "torchfleet") -> str:
-    """A PBS or Slurm batch script that runs `rendered` from the allocation's first node."""
-    q = shlex.quote
-    if fmt == "pbs":
-        select = f"select={nodes}:ncpus=1" + (f":ngpus={gpus_per_node}" if gpus_per_node else "")
-        headers = [f"#PBS -N {job_name}", f"#PBS -l {select}", "#PBS -l place=scatter"]
-        headers += [f"#PBS -l walltime={walltime}"] if walltime else []
-        headers += [f"#PBS -q {queue}"] if queue else []
-        headers += [f"#PBS -A {account}"] if account else []
-        list_nodes = 'awk \'NF && !seen[$1]++ {print $1}\' "${PBS_NODEFILE:?not inside a PBS job}"'
-        job_id = "${PBS_JOBID:-$$}"
-        cd = 'cd "${PBS_O_WORKDIR:-.}"'
-    else:
-        headers = [f"#SBATCH --job-name={job_name}", f"#SBATCH --nodes={nodes}",
-                   "#SBATCH --ntasks-per-node=1"]
-        headers += [f"#SBATCH --gpus-per-node={gpus_per_node}"] if gpus_per_node else []
-        headers += [f"#SBATCH --time={walltime}"] if walltime else []
-        headers += [f"#SBATCH --partition={queue}"] if queue else []
-        headers += [f"#SBATCH --account={account}"] if account else []
-        list_nodes = 'scontrol show hostnames "${SLURM_JOB_NODELIST:?not inside a Slurm job}"'
-        job_id = "${SLURM_JOB_ID:-$$}"
-        cd = ":"
-    slots = plan.nodes[0].slots
-    env = " ".join(f"{name}={_word(value)}" for name, value in rendered.env.items())
-    argv = rendered.argv
-    user_args = len(plan.script_args)
-    words = [_word(w) for w in argv[:len(argv) - user_args]] + [q(w) for w in argv[len(argv) - user_args:]]
-    command = " \\\n  ".join(command_lines(argv, words, module_util("_launch_plan").SHELL))
-    body = f"""#!/bin/bash
-{chr(10).join(headers)}
-# Written by `torchfleet render --format {fmt}`: one torchrun per node through mpirun, the
-# rendezvous at the first node of the allocation.
-set -euo pipefail
-{cd}
-nodes=$({list_nodes})
-count=$(printf '%s\\n' "$nodes" | grep -c .)
-if [ "$count" -ne {nodes} ]; then
-  echo "torchfleet: this script was rendered for {nodes} nodes, the job has $count" >&2; exit 1
-fi
-head=$(printf '%s\\n' "$nodes" | head -n 1)
-case "$head" in *[!A-Za-z0-9._:-]*) echo "torchfleet: odd node name: $head" >&2; exit 1;; esac
-run_id=$(printf 'tf-%s' "{job_id}" | tr -c 'A-Za-z0-9_.-' '_' | cut -c 1-64)
-hostfile=$(mktemp "${{TMPDIR:-/tmp}}/torchfleet-hostfile.XXXXXX")
-trap 'rm -f "$hostfile"' EXIT
-printf '%s slots={slots}\\n' $nodes > "$hostfile"
-export {env}
-{command}
-"""
-    return body

@@ -7,6 +7,8 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
+from ansible_collections.torchfleet.cluster.plugins.module_utils._slurm import SlurmError, check_name, check_time_limit
+
 DOCUMENTATION = r"""
 name: launch_problems
 short_description: What is wrong with a launch request, each problem with its fix
@@ -24,7 +26,8 @@ options:
       - The request, with keys action, script, shared_storage, lists (script_args, files, env_pass,
         env_secrets, mpirun_extra_args), nproc_per_node, nodes (each node's hostvars, in the
         group's order, read once, as each read of hostvars costs the controller time per node),
-        master_port, log_dir, group, group_hosts, play_hosts, mode, head and head_torchrun.
+        master_port, log_dir, group, group_hosts, play_hosts, mode, head, head_torchrun, and
+        (optional) scheduler, tree_spawn and slurm (partition, account, time_limit, gpus_per_node).
     type: dict
     required: true
 """
@@ -158,13 +161,46 @@ def _start_problems(request: dict) -> list[str]:
     return problems
 
 
+def _scheduler_problems(request: dict) -> list[str]:
+    """What Slurm would refuse, or cannot run, that the controller can tell alone (the head's
+    sbatch and partitions are checked on the head by the launch module)."""
+    scheduler = str(request.get("scheduler") or "none")
+    slurm = request.get("slurm") or {}
+    if scheduler not in ("none", "slurm"):
+        return [f"scheduler is '{scheduler}': give none (mpirun over ssh) or slurm (an sbatch job)"
+                + ("; no PBS server is driven by torchfleet: write a batch script with `torchfleet "
+                   "render --format pbs` and submit it with qsub." if scheduler.lower() == "pbs" else ".")]
+    if scheduler == "none":
+        given = [f"slurm_{key}" for key, value in slurm.items() if value not in ("", None, 0, "0")]
+        return [f"{', '.join(given)} given without -e scheduler=slurm: add it to launch through Slurm, "
+                f"or remove them."] if given else []
+    problems = []
+    if request["mode"] == "mpich":
+        problems.append("scheduler=slurm runs Open MPI's mpirun inside the allocation; launch_mode=mpich "
+                        "(Cray PALS mpiexec) cannot run under it: use launch_mode=torchrun or rank.")
+    if str(request.get("tree_spawn")).lower() in ("true", "yes", "1"):
+        problems.append("scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn cannot apply; remove it.")
+    try:
+        if slurm.get("time_limit"):
+            check_time_limit(slurm["time_limit"])
+        for key in ("partition", "account"):
+            if slurm.get(key):
+                check_name(slurm[key], f"slurm_{key}")
+    except SlurmError as err:
+        problems.append(f"{err}.")
+    gpus = str(slurm.get("gpus_per_node", 0))
+    if not gpus.isdigit():
+        problems.append(f"slurm_gpus_per_node is '{gpus}': give a whole number of GPUs per node (0 for none).")
+    return problems
+
+
 def launch_problems(request: dict) -> list[str]:
     problems = []
     if request["action"] == "start":
         shape = _shape_problem(request)
         if shape:
             return [shape]
-        problems = _start_problems(request)
+        problems = _start_problems(request) + _scheduler_problems(request)
     # setup.yml caches both; a node without them was never set up, or its cache expired.
     without_setup = [node["inventory_hostname"] for node in request["nodes"]
                      if "preflight_net" not in node or "python_env_torchrun" not in node]

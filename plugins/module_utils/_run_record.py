@@ -21,8 +21,9 @@ import time
 STATE_FILE = "state.json"
 LAUNCHER_LOG = "launcher.log"
 ENDED = ("succeeded", "failed", "stopped", "timed_out")
-# The follower's lines on stdout: "L <output line>" while the run goes on, "E <record>" once.
-LINE, END = "L ", "E "
+# The follower's lines on stdout: "L <output line>" while the run goes on, "S <status>" when a
+# scheduler's job changes state (pending and why, running), "E <record>" once.
+LINE, STATUS, END = "L ", "S ", "E "
 POLL = 0.05  # seconds between looks at a quiet log: a written line is shown within about this
 
 
@@ -166,8 +167,13 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
         time.sleep(POLL)
         record = read_state(run_dir)
     path = os.path.join(run_dir, LAUNCHER_LOG)
-    position, partial = None, b""
+    position, partial, said = None, b"", None
     while True:
+        # A scheduler's job: its state and Slurm's reason, each time they change (pending, running).
+        if record.get("state") == "running" and record.get("job_state") and record.get("msg") != said:
+            said = record.get("msg")
+            out.write(STATUS + said + "\n")
+            out.flush()
         ended = record.get("state") not in ("running",) or not until_end
         try:
             with open(path, "rb") as handle:

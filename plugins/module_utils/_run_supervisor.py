@@ -21,6 +21,7 @@ import pkgutil
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,11 +30,13 @@ from datetime import datetime, timezone
 from types import SimpleNamespace
 
 try:
-    from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe, _run_record, _run_report
+    from ansible_collections.torchfleet.cluster.plugins.module_utils import (
+        _node_probe, _run_record, _run_report, _slurm)
 except ImportError:  # run as a file on the head, beside the files it needs
     import _node_probe  # type: ignore[no-redef]
     import _run_record  # type: ignore[no-redef]
     import _run_report  # type: ignore[no-redef]
+    import _slurm  # type: ignore[no-redef]
 
 # The head's checks of the other nodes: seconds for one node to answer, and how many at once
 # (each ssh holds three pipes; 64 stays far from a 1024 file limit).
@@ -43,7 +46,7 @@ PROBE_FANOUT = 64
 MASTER_PERSIST = 60
 PLAN_FILE = "run.json"
 # The files the supervisor runs from, copied into the run's directory by the launch module.
-SOURCES = ("_node_probe", "_run_record", "_run_report", "_run_supervisor")
+SOURCES = ("_node_probe", "_run_record", "_run_report", "_run_supervisor", "_slurm")
 
 
 def module_source(name: str) -> str:
@@ -173,6 +176,13 @@ def stop_launcher(proc, run_id: str, grace: int) -> list[dict]:
     return _node_probe.end_run(run_id, grace)[1]
 
 
+def launcher_env() -> dict:
+    """The launcher's environment: the supervisor's, without the mark that makes it one."""
+    env = dict(os.environ)
+    env.pop(_node_probe.SUPERVISOR_VAR, None)
+    return env
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -186,11 +196,70 @@ def new_record(plan: dict) -> dict:
         "mode": plan["mode"], "nproc": plan["nproc"], "world_size": plan["world_size"],
         "started": now_iso(), "started_at": time.time(), "ended": None,
         "log_dir": plan["paths"]["run"], "launcher_log": plan["paths"]["launcher"],
+        "scheduler": plan.get("scheduler", "none"), "job_id": None,
         "supervisor_pid": os.getpid(), "supervisor_start": _run_record.process_start(os.getpid()),
         "boot_id": _run_record.boot_id(), "launcher_pid": None, "timed_out": False,
         "failed_rank": None, "failed_host": None, "failed_exit_code": None, "failed_log": None,
         "failed_log_tail": [], "msg": f"run {plan['run_id']} is running",
     }
+
+
+class SlurmJob:
+    """The run's Slurm job, waited for as a Popen is (wait, returncode); its record follows the
+    job's state and Slurm's reason while it is pending."""
+    POLL = 0.5  # seconds between two questions to slurmctld
+
+    def __init__(self, run):
+        self.run, self.job_id, self.info, self.returncode = run, None, {}, None
+        self.pid, self.started, self._next = None, False, 0.0
+
+    def submit(self, env: dict) -> None:
+        self.job_id = _slurm.submit(self.run.plan["sbatch"], env, self.run.plan["cwd"])
+        self.run.save(job_id=self.job_id, job_state="PENDING",
+                      msg=f"run {self.run.plan['run_id']} is Slurm job {self.job_id}, submitted")
+
+    def wait(self, timeout: float):
+        now = time.monotonic()
+        if now < self._next:
+            time.sleep(min(timeout, self._next - now))
+            raise subprocess.TimeoutExpired("scontrol", timeout)
+        self._next = now + self.POLL
+        info = _slurm.job(self.job_id)
+        if info is None:  # Slurm forgot the job (MinJobAge): it ended, how is not known
+            self.returncode = 1
+            return self.returncode
+        if info:
+            self.update(info)
+            if info.get("JobState") in _slurm.ENDED:
+                self.returncode = _slurm.returncode(info)
+                return self.returncode
+        raise subprocess.TimeoutExpired("scontrol", timeout)
+
+    def update(self, info: dict) -> None:
+        state, reason = info.get("JobState"), info.get("Reason")
+        if (state, reason) == (self.info.get("JobState"), self.info.get("Reason")):
+            return
+        self.info = info
+        changes = {"job_state": state, "job_reason": reason,
+                   "msg": f"run {self.run.plan['run_id']} is Slurm job {self.job_id}: {state}"
+                          + (f" ({reason})" if reason and reason != "None" else "")}
+        if state not in ("PENDING", "CONFIGURING") and not self.started:
+            self.started = True
+            changes.update(batch_host=info.get("BatchHost"), job_nodes=_slurm.hostnames(info.get("NodeList", "")))
+            changes.update(self.run.nodes_of_allocation(changes["job_nodes"]))
+        self.run.save(**changes)
+
+    def cancel(self, grace: int) -> None:
+        """scancel, then wait until Slurm says the job is over (its KillWait, and a margin)."""
+        _slurm.cancel(self.job_id)
+        deadline = time.monotonic() + grace + 60
+        while time.monotonic() < deadline:
+            try:
+                self.wait(1)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        self.returncode = -signal.SIGKILL
 
 
 class Run:
@@ -222,10 +291,22 @@ class Run:
         found = answer.get("tail") or {}
         return found.get("path"), found.get("lines", [])
 
+    def nodes_of_allocation(self, names: list[str]) -> dict:
+        """The inventory's nodes in the allocation's order (where each Slurm node name resolves to
+        a node's address), so ranks are named by the node they ran on; {} where they do not map."""
+        by_address = {node.address: node for node in self.nodes}
+        try:
+            order = [by_address.get(socket.gethostbyname(name)) for name in names]
+        except OSError:
+            return {}
+        if not names or None in order:
+            return {}
+        self.nodes = order
+        return {"nodes": [node.name for node in order], "slots": [node.slots for node in order]}
+
     def start(self):
         plan, paths = self.plan, self.plan["paths"]
-        env = dict(os.environ)
-        env.pop(_node_probe.SUPERVISOR_VAR, None)
+        env = launcher_env()
         log = os.open(paths["launcher"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
         try:
             # A session of its own: one killpg reaches the launcher and what it started here.
@@ -237,12 +318,17 @@ class Run:
     def supervise(self) -> dict:
         plan, paths, run_id = self.plan, self.plan["paths"], self.plan["run_id"]
         grace, timeout = plan["stop_grace"], plan["launch_timeout"]
+        slurm = plan.get("scheduler") == "slurm"
         self.save()
         try:
-            proc = self.start()
-        except OSError as err:
+            if slurm:
+                proc = SlurmJob(self)
+                proc.submit(launcher_env())
+            else:
+                proc = self.start()
+        except (OSError, subprocess.SubprocessError, _slurm.SlurmError) as err:
             self.save(state="failed", rc=127, ended=now_iso(), duration=0.0,
-                      msg=f"cannot start {plan['argv'][0]}: {err}")
+                      msg=f"cannot start {plan['argv'][0]}: {err}" if not slurm else str(err))
             return self.record
         started = time.monotonic()
         self.save(launcher_pid=proc.pid)
@@ -255,7 +341,11 @@ class Run:
                 pass
             timed_out = bool(timeout) and time.monotonic() - started >= timeout
             if timed_out or _Stop.signum is not None:
-                survivors = stop_launcher(proc, run_id, grace)
+                if slurm:
+                    proc.cancel(grace)
+                    survivors = _node_probe.end_run(run_id, grace)[1]
+                else:
+                    survivors = stop_launcher(proc, run_id, grace)
                 break
         if not (timed_out or _Stop.signum):
             # The launcher is gone; nothing of the run should be left on the head.
@@ -282,6 +372,10 @@ class Run:
             silent = ended["silent"] if ended else None
             state = "timed_out"
             msg = _run_report.timeout_message(run_id, timeout, grace, silent, paths["run"]) + left
+            if slurm and not proc.started:
+                msg = (f"Slurm job {proc.job_id} of run {run_id} never started within launch_timeout "
+                       f"({timeout} s): it stayed {self.record.get('job_state')} "
+                       f"({self.record.get('job_reason')}), and was cancelled")
         elif _Stop.signum:
             state = "stopped"
             msg = (f"run {run_id} was stopped ({signal.Signals(_Stop.signum).name} to its "
@@ -293,6 +387,9 @@ class Run:
                 plan["nproc"], read_log=self.read_log)
             result.update(failure)
             msg = _run_report.failure_message(run_id, rc, failure, paths) + left
+            if slurm and proc.info.get("JobState") not in ("COMPLETED", "FAILED"):
+                msg = f"Slurm ended job {proc.job_id}: {proc.info.get('JobState')} " \
+                      f"({proc.info.get('Reason')}); {msg}"
         else:
             state, msg = "succeeded", f"run {run_id} succeeded"
         if survivors:

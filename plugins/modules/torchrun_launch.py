@@ -204,7 +204,8 @@ options:
   detach:
     description:
       - Return as soon as the run's processes (C(torchrun), or the ranks) run on every node the
-        head checks, with RV(state=running) and the run id, instead of waiting for its end. Every
+        head checks (under O(scheduler=slurm), as soon as the job runs), with RV(state=running)
+        and the run id, instead of waiting for its end. Every
         check that refuses a launch still refuses it first. Follow the run with
         C(torchfleet logs -f), C(torchfleet wait) or M(torchfleet.cluster.torchrun_run_info).
     type: bool
@@ -226,6 +227,39 @@ options:
         caller's (O(state=stopped) on each).
     type: bool
     default: true
+  scheduler:
+    description:
+      - V(none) starts C(mpirun) on the head, which reaches the other nodes over C(ssh).
+      - V(slurm) submits the run as a Slurm batch job with C(sbatch) on the head, as the account
+        the module runs as. The job's script (C(job.sbatch) in the run's directory, written by
+        the same code as C(torchfleet render --format slurm)) runs C(mpirun) inside the
+        allocation, which starts its daemons through Slurm (C(--mca plm slurm)), never C(ssh).
+        The job is named after the run id, its output is the run's C(launcher.log) (written on
+        the job's first node, the head when the allocation starts with it, or any node with a
+        shared home), and the supervisor follows it with C(scontrol) (RV(job_id), Slurm's
+        reason while it is pending, its exit code). Stopping the run, and O(launch_timeout), call
+        C(scancel). O(mode=mpich) and O(tree_spawn) cannot run under it and are refused, as are
+        a head without C(sbatch), an unknown or down partition, a partition with fewer nodes than
+        O(nodes), and a time limit Slurm would reject, before anything is submitted.
+    type: str
+    choices: [none, slurm]
+    default: none
+  slurm_partition:
+    description: With O(scheduler=slurm), the partition (C(--partition)); default Slurm's default.
+    type: str
+  slurm_account:
+    description: With O(scheduler=slurm), the account charged (C(--account)).
+    type: str
+  slurm_time_limit:
+    description:
+      - With O(scheduler=slurm), the job's time limit (C(--time)) in a form C(sbatch) accepts
+        (V(90), V(01:30:00), V(1-00:00:00)); at most the partition's. Default the partition's.
+    type: str
+  slurm_gpus_per_node:
+    description:
+      - With O(scheduler=slurm), GPUs per node requested as Slurm GRES (C(--gpus-per-node));
+        unset, none are requested (a cluster whose GPUs are not GRES gives them to every job).
+    type: int
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -325,6 +359,15 @@ state:
   returned: state=started and not check mode
   type: str
   sample: succeeded
+job_id:
+  description: With O(scheduler=slurm), the Slurm job of the run.
+  returned: state=started, scheduler=slurm and not check mode
+  type: str
+  sample: "42"
+batch_script:
+  description: With O(scheduler=slurm), the batch script submitted (also C(job.sbatch) in the run's directory).
+  returned: state=started and scheduler=slurm
+  type: str
 state_file:
   description: The run's record on the head, kept up to date by its supervisor.
   returned: state=started
@@ -527,6 +570,7 @@ import json
 import os
 import secrets
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -545,7 +589,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
     render,
     run_log_dirs,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe, _run_record
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _batch_script, _node_probe, _run_record, _slurm
 from ansible_collections.torchfleet.cluster.plugins.module_utils._node_probe import (
     find_run_processes,
     port_holders,
@@ -809,7 +853,7 @@ def start_supervisor(module, run_dir, lib, env, result):
     module.supervised = True
     while True:
         record = _run_record.read_state(run_dir)
-        if record and (record["launcher_pid"] or record["state"] != "running"):
+        if record and (record["launcher_pid"] or record.get("job_id") or record["state"] != "running"):
             return proc
         if proc.poll() is not None:
             with open(os.path.join(run_dir, "supervisor.log"), encoding="utf-8", errors="replace") as handle:
@@ -851,9 +895,55 @@ def follow_run(module, plan, run_dir, supervisor, control_dir) -> dict:
             stopping = True
         elif not stopping and (_Interrupt.signum == signal.SIGHUP or _caller_gone()):
             os._exit(0)  # nobody to report to; the supervisor carries on
-        elif module.params["detach"] and not stopping and ranks_started(module, plan, record, control_dir):
+        elif module.params["detach"] and not stopping and (
+                record.get("job_state") == "RUNNING" if record.get("job_id")
+                else ranks_started(module, plan, record, control_dir)):
             return record
         time.sleep(0.1)
+
+
+def slurm_job(module, plan, run_dir, paths):
+    """(sbatch argv, the batch script) of a run under Slurm; refuses what Slurm would refuse, or
+    cannot run under it, before anything is submitted or changed."""
+    p = module.params
+    if p["mode"] == "mpich":
+        module.fail_json(msg="scheduler=slurm runs Open MPI's mpirun inside the allocation; mode=mpich "
+                             "(Cray PALS mpiexec) cannot run under it: use mode=torchrun or rank, or "
+                             "launch without the scheduler", run_id=plan.run_id)
+    if p["tree_spawn"]:
+        module.fail_json(msg="scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn (daemons "
+                             "starting daemons over ssh) cannot apply; leave it unset", run_id=plan.run_id)
+    sbatch = module.get_bin_path("sbatch")
+    if not sbatch or not module.get_bin_path("scontrol"):
+        module.fail_json(msg=f"scheduler=slurm, but the head {plan.head} has no sbatch and scontrol: "
+                             f"install Slurm's client commands there (slurm-client), or launch without "
+                             f"the scheduler", run_id=plan.run_id)
+    try:
+        if p["slurm_time_limit"]:
+            _slurm.check_time_limit(p["slurm_time_limit"])
+        if p["slurm_account"]:
+            _slurm.check_name(p["slurm_account"], "slurm_account")
+        partition = _slurm.check_partition(p["slurm_partition"], len(plan.nodes), p["slurm_time_limit"])
+    except (_slurm.SlurmError, OSError, subprocess.SubprocessError) as err:
+        module.fail_json(msg=f"refusing to submit: {err}", run_id=plan.run_id)
+    head = next(node for node in plan.nodes if node.name == plan.head)
+    slots = plan.nproc_per_node or head.slots
+    if p["mode"] == "rank" and len({node.slots for node in plan.nodes}) > 1:
+        module.fail_json(msg="scheduler=slurm: the batch script gives every node the same slots, but "
+                             "these nodes' slots differ; set nproc_per_node", run_id=plan.run_id)
+    allocation = _batch_script.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=plan.run_id)
+    try:
+        rendered = render(allocation)
+    except PlanError as err:
+        module.fail_json(msg=str(err), run_id=plan.run_id)
+    script = _batch_script.batch_script(
+        "slurm", allocation, rendered, nodes=len(plan.nodes), gpus_per_node=p["slurm_gpus_per_node"],
+        walltime=p["slurm_time_limit"], queue=partition, account=p["slurm_account"],
+        job_name=plan.run_id, fixed_run_id=True, writer="torchfleet.cluster.torchrun_launch")
+    script_path = os.path.join(run_dir, "job.sbatch")
+    argv = [sbatch, "--parsable", f"--output={paths['launcher']}", f"--chdir={p['chdir'] or run_dir}",
+            script_path]
+    return argv, script, script_path
 
 
 def start_run(module, control_dir):
@@ -882,6 +972,11 @@ def start_run(module, control_dir):
             module.fail_json(msg=f"file_contents: the content given for {path} is not base64; encode "
                                  f"it with the torchfleet.cluster.file_b64 filter", run_id=run_id)
         files[where] = content
+    slurm = p["scheduler"] == "slurm"
+    sbatch = script = script_path = None
+    if slurm:
+        sbatch, script, script_path = slurm_job(module, plan, run_dir, paths)
+        result.update(argv=sbatch, command=shlex.join(sbatch), batch_script=script)
     stale = preflight_nodes(module, plan, run_dir, digests, control_dir)
     result["stale_files"] = stale
     if module.check_mode:
@@ -903,14 +998,22 @@ def start_run(module, control_dir):
         "ssh": module.get_bin_path("ssh") if len(plan.nodes) > 1 else None,
         "check_nodes": p["check_nodes"], "control_dir": control_dir,
         "launch_timeout": p["launch_timeout"], "stop_grace": p["stop_grace"], "paths": paths,
+        "scheduler": p["scheduler"], "sbatch": sbatch,
     }
+    if slurm:
+        supervisor_plan.update(argv=sbatch, command=shlex.join(sbatch))
     lib = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
+    if slurm:
+        try:
+            _node_probe.write_file(script_path, script.encode())
+        except OSError as err:
+            module.fail_json(msg=f"cannot write the batch script {script_path}: {err}", **result)
     result["changed"] = True
     supervisor = start_supervisor(module, run_dir, lib, env, result)
     record = follow_run(module, plan, run_dir, supervisor, control_dir)
     for warning in record.get("warnings", []):
         module.warn(warning)
-    keys = ("state", "rc", "duration", "timed_out", "stdout_tail", "rank0_tail", "failed_rank",
+    keys = ("state", "job_id", "rc", "duration", "timed_out", "stdout_tail", "rank0_tail", "failed_rank",
             "failed_host", "failed_exit_code", "failed_log", "failed_log_tail", "stopped_on_nodes",
             "silent_nodes", "survivors", "started", "ended", "msg")
     # Not a null rc while the run goes on: Ansible fails a task whose result has an rc other than 0.
@@ -999,6 +1102,11 @@ ARGUMENT_SPEC = {
     "file_contents": {"type": "dict", "default": {}, "no_log": True},
     "check_nodes": {"type": "bool", "default": True},
     "detach": {"type": "bool", "default": False},
+    "scheduler": {"type": "str", "default": "none", "choices": ["none", "slurm"]},
+    "slurm_partition": {"type": "str"},
+    "slurm_account": {"type": "str"},
+    "slurm_time_limit": {"type": "str"},
+    "slurm_gpus_per_node": {"type": "int"},
 }
 
 

@@ -26,7 +26,7 @@ def recap(output):
 
 
 class Cluster:
-    """`torchfleet cluster up`, then setup.yml; facts, keys and state kept in a directory of its own."""
+    """`torchfleet cluster up --slurm`, then setup.yml; facts, keys and state kept in a directory of its own."""
 
     def __init__(self, tmp):
         self.env = dict(os.environ, XDG_STATE_HOME=str(tmp / "state"),
@@ -54,7 +54,10 @@ class Cluster:
         return self.playbook("launch.yml", *extra, timeout=timeout)
 
     def up(self):
-        result = self.torchfleet("cluster", "up", "--name", NAME, "--nodes", "3", "--inventory", str(self.inventory))
+        # With Slurm (munge, slurmctld, slurmd): the ssh tests see nodes as any cluster's, and the
+        # Slurm tests share the same nodes and their one setup instead of a cluster of their own.
+        result = self.torchfleet("cluster", "up", "--slurm", "--name", NAME, "--nodes", "3",
+                                 "--inventory", str(self.inventory))
         assert result.returncode == 0, result.stderr
         rc, output = self.setup()
         assert rc == 0, output[-3000:]

@@ -23,7 +23,8 @@ HEAD = NODES[0]
 # render on the head, say) makes and removes a directory of its own; what it holds is still listed.
 STATE = ("find /home/torchfleet /etc/ssh/ssh_known_hosts /opt/torchfleet/wheelhouse "
          "\\( -path /home/torchfleet/.ansible/tmp -printf '%p %s\\n' \\) -o -printf '%p %s %T@\\n' | sort; "
-         "echo '# processes of torchfleet:'; pgrep -u torchfleet -a")
+         "echo '# processes of torchfleet:'; pgrep -u torchfleet -a; "
+         "echo '# Slurm jobs:'; squeue -h -o '%i %j %T'")
 PORT_HOLDER = "tfbad-port-holder"  # marks the listener of the taken-port case, to find its pid
 
 
@@ -111,9 +112,64 @@ def holding_port(port, command):
     return held
 
 
+def slurm_changed(before, after, command):
+    """`command` while the Slurm controller on the head has been changed by `before` (scontrol
+    argv lists, as root), undone by `after` whatever happens."""
+    def changed(cluster, tmp):
+        try:
+            for argv in before:
+                done = run(["docker", "exec", HEAD, *argv], timeout=60)
+                assert done.returncode == 0, done.stderr
+            return command(cluster, tmp)
+        finally:
+            for argv in after:
+                run(["docker", "exec", HEAD, *argv], timeout=60)
+    return changed
+
+
+def slurm_launch(*extra):
+    return launch("-e", f"script={SCRIPT}", "-e", "scheduler=slurm", *extra)
+
+
+def partition(name, *settings):
+    return [["scontrol", "create", f"PartitionName={name}", *settings]], [["scontrol", "delete", f"PartitionName={name}"]]
+
+
 # --- the catalogue ------------------------------------------------------------------------------
 
 CASES = [
+    # A launch through Slurm: refused on the controller or by the head's Slurm, before sbatch.
+    pytest.param(slurm_launch("-e", "slurm_partition=nosuch"),
+                 ["Slurm has no partition 'nosuch' (it has torchfleet)", "name one of them in slurm_partition"],
+                 id="slurm-unknown-partition"),
+    pytest.param(slurm_changed(*partition("tfsmall", "Nodes=node[0-1]"), slurm_launch("-e", "slurm_partition=tfsmall")),
+                 ["the launch needs 3 nodes, Slurm partition tfsmall has 2", "launch on fewer nodes"],
+                 id="slurm-partition-with-fewer-nodes"),
+    pytest.param(slurm_changed(*partition("tfdown", "Nodes=ALL", "State=DOWN"),
+                               slurm_launch("-e", "slurm_partition=tfdown")),
+                 ["Slurm partition tfdown is DOWN: no job would start"], id="slurm-partition-down"),
+    pytest.param(slurm_changed(*partition("tfshort", "Nodes=ALL", "MaxTime=10"),
+                               slurm_launch("-e", "slurm_partition=tfshort", "-e", "slurm_time_limit=30")),
+                 ["slurm_time_limit 30 is above partition tfshort's limit 00:10:00", "give 00:10:00 or less"],
+                 id="slurm-time-limit-above-the-partitions"),
+    pytest.param(slurm_launch("-e", "slurm_time_limit=1h"),
+                 ["slurm_time_limit '1h' is not a Slurm time limit", "HH:MM:SS (01:30:00)"],
+                 id="slurm-time-limit-malformed"),
+    pytest.param(slurm_changed([["mv", "/usr/bin/sbatch", "/usr/bin/sbatch.tf-moved"]],
+                               [["mv", "/usr/bin/sbatch.tf-moved", "/usr/bin/sbatch"]], slurm_launch()),
+                 [f"the head {HEAD} has no sbatch and scontrol", "install Slurm's client commands there"],
+                 id="slurm-no-sbatch-on-the-head"),
+    pytest.param(slurm_launch("-e", "launch_mode=mpich"),
+                 ["launch_mode=mpich (Cray PALS mpiexec) cannot run under it", "use launch_mode=torchrun or rank"],
+                 id="slurm-with-mpich-mode"),
+    pytest.param(slurm_launch("-e", "tree_spawn=true"),
+                 ["Slurm starts mpirun's daemons, so tree_spawn cannot apply"], id="slurm-with-tree-spawn"),
+    pytest.param(launch("-e", f"script={SCRIPT}", "-e", "scheduler=pbs"),
+                 ["scheduler is 'pbs'", "torchfleet render --format pbs"], id="scheduler-pbs"),
+    pytest.param(launch("-e", f"script={SCRIPT}", "-e", "slurm_partition=torchfleet"),
+                 ["slurm_partition given without -e scheduler=slurm"], id="slurm-option-without-the-scheduler"),
+    pytest.param(cli("launch", "-i", "{inventory}", "--scheduler", "lsf", SCRIPT),
+                 ["argument --scheduler: invalid choice: 'lsf'"], id="cli-unknown-scheduler"),
     # Inventories (checked on the controller before any play reaches a node).
     pytest.param(playbook_with("setup.yml", {"hosts.yml": "all:\n  children:\n    cluster:\n      hosts: {}\n"}),
                  ["The inventory has no hosts in group 'cluster'", "List your nodes under 'cluster:'"],

@@ -261,6 +261,8 @@ def test_batch_script_runs_the_same_launch(project, capsys, fmt):
         assert "#SBATCH --nodes=2" in script and "#SBATCH --partition=gpu" in script
         assert "#SBATCH --gpus-per-node=4" in script and "#SBATCH --account=proj1" in script
     # Read by people before they submit it: each option with its value on a line of its own.
+    if fmt == "slurm":
+        assert "  --mca plm slurm \\\n" in script
     for line in ("  -np 2 \\\n", "  --map-by ppr:1:node \\\n", "  --mca btl tcp,self \\\n",
                  "  -x NCCL_SOCKET_IFNAME \\\n", "  --tag-output \\\n", "  /bin/sh -c 'exec torchrun "):
         assert line in script, script
@@ -285,7 +287,9 @@ def test_batch_script_runs_the_same_launch(project, capsys, fmt):
     expected = lp.render(lp.Plan(
         nodes=(lp.Node("a", "n1", 4, "ib0"), lp.Node("b", "n2", 4, "ib0")), head="a",
         script="train.py", run_id=run_id, hostfile_path=hostfile_path, script_args=tuple(NASTY),
-        env_pass=("PATH",)))
+        env_pass=("PATH",),
+        # Inside a Slurm allocation mpirun starts its daemons through Slurm, never over ssh.
+        mpirun_extra_args=("--mca", "plm", "slurm") if fmt == "slurm" else ()))
     assert expected.argv[0] == "mpirun" and argv == expected.argv[1:]
     assert (project / "out.hostfile").read_text() == "n1 slots=4\nn2 slots=4\n"
     assert (project / "out.env").read_text() == f"{run_id} ib0"
@@ -346,7 +350,8 @@ def test_progress_counts_hosts_and_keeps_failures(tmp_path, live):
 
 
 def test_command_lines_pair_options_with_their_values():
-    from torchfleet.plan import command_lines
+    from torchfleet.collection import module_util
+    command_lines = module_util("_batch_script").command_lines
 
     raw = ["mpiexec", "-n", "2", "--ppn", "1", "--envall", "--mca", "a", "b", "-x", "N", "--tag-output",
            "/bin/sh", "-c", "exec x", "torchfleet", "--epochs", "3"]

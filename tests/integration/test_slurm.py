@@ -1,0 +1,154 @@
+"""Runs through a real Slurm (Debian's slurm-wlm 22.05: munge, slurmctld on the head, slurmd on
+every node), on the session's shared cluster: `torchfleet launch --scheduler slurm` as a run like
+any other (record, logs -f, wait, runs, stop = scancel), a failing rank named, mpirun's daemons
+started by Slurm and not ssh; the scripts of `torchfleet render --format slurm` submitted by hand
+with `sbatch --wait`, and the PBS script's body run as PBS runs it. Every test leaves no job
+queued and no process of a run on any node."""
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+
+from ready_cluster import NODES, REPO, run
+from test_run_lifecycle import ENDLESS, LIMIT, SHORT, left_on, runs_json, torchfleet, wait_until
+
+pytestmark = pytest.mark.cluster
+HEAD = NODES[0]
+JOBS = "/home/torchfleet/slurm-jobs"  # where the hand-submitted scripts live, on every node
+
+
+def on(node, *argv, user=None, timeout=120):
+    return run(["docker", "exec", *(["-u", user] if user else []), node, *argv], timeout=timeout)
+
+
+def queue():
+    return on(HEAD, "squeue", "-h", "-o", "%i %j %T").stdout.strip()
+
+
+@pytest.fixture(autouse=True)
+def nothing_left(cluster):
+    yield
+    try:
+        wait_until(lambda: not queue() and not any(left_on(node) for node in NODES), 30,
+                   "no job queued and nothing of a run left")
+    except AssertionError:
+        torchfleet(cluster, "stop")
+        on(HEAD, "scancel", "-u", "torchfleet")
+        raise
+
+
+def test_a_run_through_slurm_trains_on_every_node_and_is_a_run(cluster):
+    started = time.monotonic()
+    launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=2",
+                          "--", *SHORT)
+    assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
+    lines = launched.stdout.splitlines()
+    assert any(line.startswith("epoch 1/4") for line in lines), lines  # rank 0's output, streamed
+    result = json.loads(next(line for line in lines if line.startswith("TORCHFLEET_RESULT ")).split(" ", 1)[1])
+    assert result["world_size"] == 6  # 3 nodes x 2 workers
+    run_id = lines[-1].split()[1].rstrip(":")
+    assert lines[-1].startswith(f"run {run_id}: rc 0, world size 6, ") and ", succeeded, " in lines[-1]
+    job = re.search(r"Slurm job (\d+)", launched.stderr)
+    assert job, launched.stderr
+    record = runs_json(cluster)[run_id]
+    assert (record["state"], record["scheduler"], record["job_id"]) == ("succeeded", "slurm", job.group(1))
+    assert record["nodes"] == NODES and record["batch_host"] == "node0"
+    print(f"torchfleet launch --scheduler slurm: {time.monotonic() - started:.1f} s to the end")
+    # Every rank's own log, per node, as for an ssh launch.
+    every = torchfleet(cluster, "logs", run_id, "--all-ranks")
+    for node in NODES:
+        assert f" {node}] TORCHFLEET_RANK rank=" in every.stdout, every.stdout[-3000:]
+
+
+def test_a_failing_rank_under_slurm_is_named_with_its_node_and_code(cluster):
+    launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=1",
+                          "--", *SHORT, "--fail-on-rank", "2")
+    assert launched.returncode == 3, launched.stdout[-2000:] + launched.stderr[-3000:]
+    said = " ".join(launched.stderr.split())
+    assert f"rank 2 on {NODES[2]} exited with code 3 first" in said, said
+    assert "TORCHFLEET_FAIL rank=2" in said
+    run_id = launched.stdout.splitlines()[-1].split()[1].rstrip(":")
+    record = runs_json(cluster)[run_id]
+    assert (record["state"], record["failed_rank"], record["failed_host"]) == ("failed", 2, NODES[2])
+
+
+def test_detach_then_stop_cancels_the_job_and_leaves_nothing(cluster):
+    detached = torchfleet(cluster, "launch", "--scheduler", "slurm", "--detach", "examples/train.py",
+                          "-e", "nproc_per_node=1", "--", *ENDLESS)
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    run_id = detached.stdout.split()[1]
+    record = runs_json(cluster)[run_id]
+    assert record["state"] == "running" and record["job_state"] == "RUNNING", record
+    assert queue() == f"{record['job_id']} {run_id} RUNNING"
+    # Inside the allocation mpirun's daemons are Slurm's job steps (slurmstepd), never ssh's.
+    for node in NODES[1:]:
+        orted = wait_until(lambda: on(node, "pgrep", "-u", "torchfleet", "-x", "orted").stdout.split(), 60,
+                           f"Open MPI's daemon on {node}")
+        parent = on(node, "ps", "-o", "ppid=", "-p", orted[0]).stdout.strip()
+        assert on(node, "ps", "-o", "comm=", "-p", parent).stdout.strip() == "slurmstepd"
+        assert not on(node, "pgrep", "-f", "sshd: torchfleet").stdout.strip()
+    wait_until(lambda: "epoch 1/" in torchfleet(cluster, "logs", run_id).stdout, LIMIT, "training")
+
+    stopped = torchfleet(cluster, "stop", run_id)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert not queue()
+    assert not any(left_on(node) for node in NODES), {node: left_on(node) for node in NODES}
+    record = runs_json(cluster)[run_id]
+    assert record["state"] == "stopped" and record["job_state"] == "CANCELLED", record
+    waited = torchfleet(cluster, "wait", run_id)
+    assert waited.returncode != 0 and ", stopped, " in waited.stdout, waited.stdout + waited.stderr
+
+
+def put_on_every_node(path, text):
+    for node in NODES:
+        on(node, "install", "-d", "-o", "torchfleet", "-m", "0755", JOBS)
+        done = subprocess.run(["docker", "exec", "-i", "-u", "torchfleet", node, "sh", "-c", f"cat > {path}"],
+                              input=text, text=True, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+
+def rendered(cluster, fmt, *args):
+    result = torchfleet(cluster, "render", "--format", fmt, "--nodes", "3", "-e", "nproc_per_node=2",
+                        "examples/train.py", "--", *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_rendered_slurm_script_runs_with_sbatch_wait_as_written(cluster):
+    script = rendered(cluster, "slurm", *SHORT)
+    # The environment's own torchrun and Open MPI, as setup recorded them, not whatever PATH holds.
+    torchrun = re.search(r"exec (\S+) --nnodes=3", script).group(1)
+    assert torchrun.startswith("/") and torchrun.endswith("/bin/torchrun"), script
+    assert re.search(r"^/\S+/mpirun \\$", script, re.M) and "  --mca plm slurm \\\n" in script, script
+    put_on_every_node(f"{JOBS}/train.py", (REPO / "examples" / "train.py").read_text())
+    put_on_every_node(f"{JOBS}/job.sbatch", script.replace("examples/train.py", "train.py"))
+    submitted = on(HEAD, "sbatch", "--wait", "--chdir", JOBS, "--output", f"{JOBS}/out-%j.txt",
+                   f"{JOBS}/job.sbatch", user="torchfleet", timeout=LIMIT)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job = submitted.stdout.split()[-1]
+    output = on(HEAD, "cat", f"{JOBS}/out-{job}.txt").stdout
+    result = json.loads(next(line for line in output.splitlines() if "TORCHFLEET_RESULT " in line).split(
+        "TORCHFLEET_RESULT ", 1)[1])
+    assert result["world_size"] == 6, output[-3000:]
+    for rank in range(6):  # every node's two workers
+        assert re.search(rf"TORCHFLEET_RANK rank={rank} .*host=node{rank // 2}\b", output), output[-3000:]
+
+
+def test_the_pbs_scripts_body_runs_as_pbs_runs_it(cluster):
+    """No PBS server can be had here: the body runs the way PBS runs a job, bash on the first
+    node with PBS_NODEFILE (one line per slot) and PBS_JOBID set, mpirun over ssh."""
+    script = rendered(cluster, "pbs", *SHORT).replace("examples/train.py", "train.py")
+    put_on_every_node(f"{JOBS}/train.py", (REPO / "examples" / "train.py").read_text())
+    put_on_every_node(f"{JOBS}/job.pbs", script)
+    put_on_every_node(f"{JOBS}/nodefile", "".join(f"node{i}\n" * 2 for i in range(3)))
+    ran = on(HEAD, "env", f"PBS_NODEFILE={JOBS}/nodefile", "PBS_JOBID=17.pbs-server", f"PBS_O_WORKDIR={JOBS}",
+             "bash", f"{JOBS}/job.pbs", user="torchfleet", timeout=LIMIT)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    result = json.loads(next(line for line in ran.stdout.splitlines() if "TORCHFLEET_RESULT " in line).split(
+        "TORCHFLEET_RESULT ", 1)[1])
+    assert result["world_size"] == 6
+    for rank in range(6):
+        assert re.search(rf"TORCHFLEET_RANK rank={rank} .*host=node{rank // 2}\b", ran.stdout), ran.stdout[-3000:]
