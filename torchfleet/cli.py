@@ -213,7 +213,10 @@ def _launch(args: argparse.Namespace) -> int:
     try:
         outcome = _playbook(args, "launch", script=_script_path(args.script),
                             script_args=list(args.script_args), run_id=run_id, detach=True,
-                            **({"scheduler": args.scheduler} if args.scheduler else {}))
+                            **({"scheduler": args.scheduler} if args.scheduler else {}),
+                            # Attached to a Slurm job: follow it from its submission, printing
+                            # Slurm's reason while it waits.
+                            **({"detach_when": "submitted"} if args.scheduler == "slurm" and not args.detach else {}))
     except KeyboardInterrupt:
         return _interrupted(args, run_id)
     started = [item["res"] for item in _results(outcome, LAUNCH, failed=True)]
@@ -237,7 +240,8 @@ def _launch(args: argparse.Namespace) -> int:
         return 0
     if result.get("state") != "running":  # it ended before every node's ranks ran: report it
         return _follow_to_end(args, _launched_target(outcome, args), run_id, record=result)
-    print(f"torchfleet: run {run_id} started on {head_name} (world size {result.get('world_size')}); "
+    how = f"submitted as Slurm job {result['job_id']}" if result.get("job_id") else "started"
+    print(f"torchfleet: run {run_id} {how} on {head_name} (world size {result.get('world_size')}); "
           f"Ctrl-C stops it; closing this terminal or losing the connection does not "
           f"(torchfleet logs -f {run_id} follows it again)", file=sys.stderr, flush=True)
     return _follow_to_end(args, _launched_target(outcome, args), run_id, stop_on_interrupt=True)
@@ -406,13 +410,20 @@ def _runs(args: argparse.Namespace) -> int:
         return _finish(args, outcome, {})
     if args.json:
         keys = ("run_id", "state", "rc", "started", "ended", "duration", "world_size", "nodes",
-                "failed_rank", "failed_host", "failed_exit_code", "failed_log", "log_dir", "msg")
+                "failed_rank", "failed_host", "failed_exit_code", "failed_log", "log_dir", "msg",
+                "scheduler", "job_id", "job_state", "job_reason", "batch_host")
         print(json.dumps([{key: run.get(key) for key in keys} for run in runs], indent=1))
         return 0
-    print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED':<26} {'DURATION':>9} {'WORLD':>5}  FAILED")
+    print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED':<26} {'DURATION':>9} {'WORLD':>5}  FAILED [JOB]")
     for run in runs:
         failed = (f"rank {run['failed_rank']} on {run['failed_host']}" if run.get("failed_rank") is not None
                   else run.get("failed_host") or "")
+        if run.get("job_id"):  # a Slurm job: its id, and while it lasts its state and reason
+            job = f"slurm job {run['job_id']}"
+            if run.get("state") == "running":
+                reason = run.get("job_reason")
+                job += f" {run.get('job_state')}" + (f" ({reason})" if reason and reason != "None" else "")
+            failed = f"{failed}  [{job}]".strip()
         duration = f"{run['duration']:.1f}s" if isinstance(run.get("duration"), (int, float)) else "-"
         rc = "-" if run.get("rc") is None else str(run["rc"])
         print(f"{run['run_id']:<28} {run['state']:<10} {rc:>4} {run.get('started') or '-':<26} "

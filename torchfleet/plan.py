@@ -199,7 +199,10 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
                           "inventory does not name their cluster interface: give it with "
                           "-e interface=NAME (e.g. eth0)")
     head_facts = (facts.get(ready_head if batch_nodes else head) or {}) if ready else {}
-    home = (head_facts.get("getent_passwd") or {}).get(user, [None] * 5)[4] or f"~{user}"
+    # The home setup recorded (cluster_user's fact), else the role's own default: a path a shell
+    # takes as it is when the command is pasted (a quoted ~user would not be expanded).
+    home = ((head_facts.get("cluster_user_account") or {}).get("home") or extra.get("cluster_user_home")
+            or first.get("cluster_user_home") or ("/root" if user == "root" else f"/home/{user}"))
     workdir = str(extra.get("cluster_user_workdir", f"{home}/torchfleet"))
     run_id = str(extra.get("run_id") or lp.new_run_id(datetime.now(timezone.utc), secrets.token_hex(3)))
     shared = as_bool(extra.get("shared_storage", False))

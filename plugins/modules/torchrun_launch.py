@@ -210,6 +210,16 @@ options:
         C(torchfleet logs -f), C(torchfleet wait) or M(torchfleet.cluster.torchrun_run_info).
     type: bool
     default: false
+  detach_when:
+    description:
+      - With O(detach=true), when to return. V(running), once the run's processes run on every
+        node (under O(scheduler=slurm), once the job runs). V(submitted), as soon as the
+        supervisor holds the run (mpirun started, or the job submitted, pending or not): for a
+        caller that follows the run itself, as C(torchfleet launch) does, printing Slurm's
+        reason while the job waits.
+    type: str
+    choices: [running, submitted]
+    default: running
   check_nodes:
     description:
       - Before the start, check every other node from the head over C(ssh) as the running
@@ -767,12 +777,12 @@ def send_files(module, plan, files: dict, stale: dict, control_dir=None) -> None
 def ssh_masters(module):
     """A directory for the OpenSSH masters the probe leaves open to each node, which mpirun's ssh
     then rides instead of a handshake of its own per node (plm_rsh_args, see _launch_plan); None
-    where mpirun does not ssh from the head to every node itself (mpich mode, tree spawn, the
-    head alone), in check mode, or when the user set Open MPI's rsh options, which ours would
+    where mpirun does not ssh from the head to every node itself (mpich mode, tree spawn, Slurm,
+    the head alone), in check mode, or when the user set Open MPI's rsh options, which ours would
     override. Short, in /tmp: a socket path has at most 107 bytes."""
     p = module.params
     if (module.check_mode or not p["check_nodes"] or p["tree_spawn"] or p["mode"] == "mpich"
-            or len(p["nodes"]) < 2):
+            or p["scheduler"] == "slurm" or len(p["nodes"]) < 2):
         return None
     if any("plm_rsh" in arg for arg in p["mpirun_extra_args"]) or any(
             name in os.environ for name in ("OMPI_MCA_plm_rsh_args", "OMPI_MCA_plm_rsh_agent")):
@@ -896,8 +906,9 @@ def follow_run(module, plan, run_dir, supervisor, control_dir) -> dict:
         elif not stopping and (_Interrupt.signum == signal.SIGHUP or _caller_gone()):
             os._exit(0)  # nobody to report to; the supervisor carries on
         elif module.params["detach"] and not stopping and (
-                record.get("job_state") == "RUNNING" if record.get("job_id")
-                else ranks_started(module, plan, record, control_dir)):
+                module.params["detach_when"] == "submitted"
+                or (record.get("job_state") == "RUNNING" if record.get("job_id")
+                    else ranks_started(module, plan, record, control_dir))):
             return record
         time.sleep(0.1)
 
@@ -1102,6 +1113,7 @@ ARGUMENT_SPEC = {
     "file_contents": {"type": "dict", "default": {}, "no_log": True},
     "check_nodes": {"type": "bool", "default": True},
     "detach": {"type": "bool", "default": False},
+    "detach_when": {"type": "str", "default": "running", "choices": ["running", "submitted"]},
     "scheduler": {"type": "str", "default": "none", "choices": ["none", "slurm"]},
     "slurm_partition": {"type": "str"},
     "slurm_account": {"type": "str"},

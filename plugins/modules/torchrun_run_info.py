@@ -121,6 +121,21 @@ runs:
     msg:
       description: How the run ended, in words.
       type: str
+    scheduler:
+      description: V(none) (mpirun over ssh) or V(slurm) (an sbatch job).
+      type: str
+    job_id:
+      description: The run's Slurm job; null without a scheduler.
+      type: str
+    job_state:
+      description: The job's state as Slurm last said it (V(PENDING), V(RUNNING), V(COMPLETED), ...).
+      type: str
+    job_reason:
+      description: Slurm's reason for the job's state (why it is pending).
+      type: str
+    batch_host:
+      description: The node the job's script ran on, which writes its output.
+      type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

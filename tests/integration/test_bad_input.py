@@ -112,19 +112,24 @@ def holding_port(port, command):
     return held
 
 
-def slurm_changed(before, after, command):
-    """`command` while the Slurm controller on the head has been changed by `before` (scontrol
-    argv lists, as root), undone by `after` whatever happens."""
+def changed_nodes(before, after, command):
+    """`command` while the nodes have been changed by `before` ([node, argv...] lists, run as
+    root; the node None means the head), undone by `after` whatever happens."""
     def changed(cluster, tmp):
         try:
-            for argv in before:
-                done = run(["docker", "exec", HEAD, *argv], timeout=60)
+            for node, *argv in before:
+                done = run(["docker", "exec", node or HEAD, *argv], timeout=60)
                 assert done.returncode == 0, done.stderr
             return command(cluster, tmp)
         finally:
-            for argv in after:
-                run(["docker", "exec", HEAD, *argv], timeout=60)
+            for node, *argv in after:
+                run(["docker", "exec", node or HEAD, *argv], timeout=60)
     return changed
+
+
+def slurm_changed(before, after, command):
+    """`command` while the head's Slurm (or its files) has been changed by `before` (argv lists)."""
+    return changed_nodes([[None, *argv] for argv in before], [[None, *argv] for argv in after], command)
 
 
 def slurm_launch(*extra):
@@ -168,6 +173,13 @@ CASES = [
                  ["scheduler is 'pbs'", "torchfleet render --format pbs"], id="scheduler-pbs"),
     pytest.param(launch("-e", f"script={SCRIPT}", "-e", "slurm_partition=torchfleet"),
                  ["slurm_partition given without -e scheduler=slurm"], id="slurm-option-without-the-scheduler"),
+    # Slurm, NFS and Open MPI's Slurm support need one UID for the training account everywhere.
+    pytest.param(changed_nodes([[NODES[1], "useradd", "-u", "2001", "tfuid"], [NODES[2], "useradd", "-u", "2002", "tfuid"]],
+                               [[NODES[1], "userdel", "tfuid"], [NODES[2], "userdel", "tfuid"]],
+                               setup("-e", "cluster_user_name=tfuid")),
+                 [f"The training account tfuid has different UIDs on the nodes: UID 2001 on {NODES[1]}; "
+                  f"UID 2002 on {NODES[2]}", "set cluster_user_uid=N to pin it on every node"],
+                 id="setup-training-account-uids-differ"),
     pytest.param(cli("launch", "-i", "{inventory}", "--scheduler", "lsf", SCRIPT),
                  ["argument --scheduler: invalid choice: 'lsf'"], id="cli-unknown-scheduler"),
     # Inventories (checked on the controller before any play reaches a node).

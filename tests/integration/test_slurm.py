@@ -89,7 +89,9 @@ def test_detach_then_stop_cancels_the_job_and_leaves_nothing(cluster):
                            f"Open MPI's daemon on {node}")
         parent = on(node, "ps", "-o", "ppid=", "-p", orted[0]).stdout.strip()
         assert on(node, "ps", "-o", "comm=", "-p", parent).stdout.strip() == "slurmstepd"
-        assert not on(node, "pgrep", "-f", "sshd: torchfleet").stdout.strip()
+        # The head's checks before the start used ssh; the run holds no ssh session to the node.
+        wait_until(lambda: not on(node, "pgrep", "-f", "sshd: torchfleet").stdout.strip(), 20,
+                   f"no ssh session of the training account on {node}")
     wait_until(lambda: "epoch 1/" in torchfleet(cluster, "logs", run_id).stdout, LIMIT, "training")
 
     stopped = torchfleet(cluster, "stop", run_id)
@@ -102,12 +104,36 @@ def test_detach_then_stop_cancels_the_job_and_leaves_nothing(cluster):
     assert waited.returncode != 0 and ", stopped, " in waited.stdout, waited.stdout + waited.stderr
 
 
+def test_a_job_that_never_starts_says_why_and_gives_up_at_the_timeout(cluster):
+    blocker = on(HEAD, "sbatch", "--parsable", "--exclusive", "-N", "3", "--job-name", "tf-blocker",
+                 "--wrap", "sleep 600")
+    assert blocker.returncode == 0, blocker.stderr
+    try:
+        wait_until(lambda: "tf-blocker RUNNING" in queue(), 60, "the blocking job running")
+        launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=1",
+                              "-e", "launch_timeout=15", "--", *SHORT)
+    finally:
+        on(HEAD, "scancel", blocker.stdout.strip())
+    said = " ".join(launched.stderr.split())
+    assert launched.returncode != 0, launched.stdout + launched.stderr
+    assert re.search(r"is Slurm job \d+: PENDING \((Resources|Priority|Nodes\w*)\)", said), said
+    assert "never started within launch_timeout (15 s): it stayed PENDING" in said and "was cancelled" in said, said
+    run_id = launched.stdout.splitlines()[-1].split()[1].rstrip(":")
+    assert runs_json(cluster)[run_id]["state"] == "timed_out"
+
+
 def put_on_every_node(path, text):
     for node in NODES:
         on(node, "install", "-d", "-o", "torchfleet", "-m", "0755", JOBS)
         done = subprocess.run(["docker", "exec", "-i", "-u", "torchfleet", node, "sh", "-c", f"cat > {path}"],
                               input=text, text=True, capture_output=True, timeout=60)
         assert done.returncode == 0, done.stderr
+
+
+def training_result(output):
+    """Rank 0's TORCHFLEET_RESULT in a job's raw output (Open MPI's tags before it, maybe more after)."""
+    line = next(line for line in output.splitlines() if "TORCHFLEET_RESULT " in line)
+    return json.JSONDecoder().raw_decode(line.split("TORCHFLEET_RESULT ", 1)[1])[0]
 
 
 def rendered(cluster, fmt, *args):
@@ -130,8 +156,7 @@ def test_the_rendered_slurm_script_runs_with_sbatch_wait_as_written(cluster):
     assert submitted.returncode == 0, submitted.stdout + submitted.stderr
     job = submitted.stdout.split()[-1]
     output = on(HEAD, "cat", f"{JOBS}/out-{job}.txt").stdout
-    result = json.loads(next(line for line in output.splitlines() if "TORCHFLEET_RESULT " in line).split(
-        "TORCHFLEET_RESULT ", 1)[1])
+    result = training_result(output)
     assert result["world_size"] == 6, output[-3000:]
     for rank in range(6):  # every node's two workers
         assert re.search(rf"TORCHFLEET_RANK rank={rank} .*host=node{rank // 2}\b", output), output[-3000:]
@@ -147,8 +172,7 @@ def test_the_pbs_scripts_body_runs_as_pbs_runs_it(cluster):
     ran = on(HEAD, "env", f"PBS_NODEFILE={JOBS}/nodefile", "PBS_JOBID=17.pbs-server", f"PBS_O_WORKDIR={JOBS}",
              "bash", f"{JOBS}/job.pbs", user="torchfleet", timeout=LIMIT)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    result = json.loads(next(line for line in ran.stdout.splitlines() if "TORCHFLEET_RESULT " in line).split(
-        "TORCHFLEET_RESULT ", 1)[1])
-    assert result["world_size"] == 6
+    result = training_result(ran.stdout)
+    assert result["world_size"] == 6, ran.stdout[-3000:]
     for rank in range(6):
         assert re.search(rf"TORCHFLEET_RANK rank={rank} .*host=node{rank // 2}\b", ran.stdout), ran.stdout[-3000:]

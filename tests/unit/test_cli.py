@@ -65,7 +65,8 @@ def project(tmp_path, monkeypatch):
     cache = tmp_path / ".cache" / "facts"
     cache.mkdir(parents=True)
     write_facts(cache, "gpu01", "10.9.0.11", 4,
-                getent_passwd={"trainer": ["x", "1000", "1000", "", "/home/trainer", "/bin/bash"]})
+                cluster_user_account={"name": "trainer", "home": "/home/trainer",
+                                      "scripts": "/home/trainer/torchfleet/scripts"})
     write_facts(cache, "gpu02", "10.9.0.12", 4, legacy=True)
     return tmp_path
 
