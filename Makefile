@@ -25,9 +25,10 @@ test: lint unit molecule
 lint: $(BIN)/torchfleet
 	ansible-lint
 
-# The node image, built once and cached (and the Docker engine, started or installed if needed).
+# The node images (plain, and with Slurm for the tests' cluster), built once and cached (and the
+# Docker engine, started or installed if needed).
 image: $(BIN)/torchfleet
-	torchfleet cluster image
+	torchfleet cluster image --slurm
 
 unit: image
 	@command -v mpirun >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \

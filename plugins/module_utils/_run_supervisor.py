@@ -243,7 +243,10 @@ class SlurmJob:
         changes = {"job_state": state, "job_reason": reason,
                    "msg": f"run {self.run.plan['run_id']} is Slurm job {self.job_id}: {state}"
                           + (f" ({reason})" if reason and reason != "None" else "")}
-        if state not in ("PENDING", "CONFIGURING") and not self.started:
+        # Started: running now, or ended after running a while (a pending job cancelled never was).
+        ran = state in ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED") or (
+            state in _slurm.ENDED and info.get("RunTime", "00:00:00") != "00:00:00")
+        if ran and not self.started:
             self.started = True
             changes.update(batch_host=info.get("BatchHost"), job_nodes=_slurm.hostnames(info.get("NodeList", "")))
             changes.update(self.run.nodes_of_allocation(changes["job_nodes"]))
@@ -342,6 +345,7 @@ class Run:
             timed_out = bool(timeout) and time.monotonic() - started >= timeout
             if timed_out or _Stop.signum is not None:
                 if slurm:
+                    waiting = (proc.info.get("JobState"), proc.info.get("Reason"))  # before scancel
                     proc.cancel(grace)
                     survivors = _node_probe.end_run(run_id, grace)[1]
                 else:
@@ -374,8 +378,7 @@ class Run:
             msg = _run_report.timeout_message(run_id, timeout, grace, silent, paths["run"]) + left
             if slurm and not proc.started:
                 msg = (f"Slurm job {proc.job_id} of run {run_id} never started within launch_timeout "
-                       f"({timeout} s): it stayed {self.record.get('job_state')} "
-                       f"({self.record.get('job_reason')}), and was cancelled")
+                       f"({timeout} s): it stayed {waiting[0]} ({waiting[1]}), and was cancelled")
         elif _Stop.signum:
             state = "stopped"
             msg = (f"run {run_id} was stopped ({signal.Signals(_Stop.signum).name} to its "

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: torchrun_launch
 short_description: Start a training run on the cluster from the head node, or stop runs
-version_added: "0.1.0"
+version_added: "1.0.0"
 description:
   - With O(state=started) the module runs on the head node. It renders the launch (C(mpirun) with
     one C(torchrun) per node, one MPI rank per GPU, or C(mpiexec) for HPE Cray PALS) with the

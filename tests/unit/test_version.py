@@ -1,0 +1,25 @@
+"""One version everywhere: the collection (galaxy.yml), the Python package (pyproject.toml and
+torchfleet.__version__), and no plugin added after it."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+import torchfleet
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_collection_and_the_package_have_one_version():
+    collection = yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
+    package = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert collection == package == torchfleet.__version__
+
+
+def test_no_plugin_is_added_in_a_version_after_the_collections():
+    version = tuple(int(part) for part in yaml.safe_load((REPO / "galaxy.yml").read_text())["version"].split("."))
+    for path in sorted((REPO / "plugins").rglob("*.py")):
+        for added in re.findall(r'^version_added:\s*"?([\d.]+)"?', path.read_text(), re.M):
+            assert tuple(int(part) for part in added.split(".")) <= version, path
