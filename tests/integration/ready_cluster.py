@@ -54,6 +54,8 @@ class Cluster:
         return self.playbook("launch.yml", *extra, timeout=timeout)
 
     def up(self):
+        # Containers of this name left by a session that was killed (its key is gone with it).
+        self.torchfleet("cluster", "down", "--name", NAME)
         # With Slurm (munge, slurmctld, slurmd): the ssh tests see nodes as any cluster's, and the
         # Slurm tests share the same nodes and their one setup instead of a cluster of their own.
         result = self.torchfleet("cluster", "up", "--slurm", "--name", NAME, "--nodes", "3",
