@@ -214,7 +214,7 @@ options:
     description:
       - With O(detach=true), when to return. V(running), once the run's processes run on every
         node (under O(scheduler=slurm), once the job runs). V(submitted), as soon as the
-        supervisor holds the run (mpirun started, or the job submitted, pending or not): for a
+        supervisor holds the run (mpirun started, or the job submitted, pending or not), for a
         caller that follows the run itself, as C(torchfleet launch) does, printing Slurm's
         reason while the job waits.
     type: str

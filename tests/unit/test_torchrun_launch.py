@@ -334,7 +334,7 @@ class _Module:
     """The little of AnsibleModule that ssh_masters reads."""
     def __init__(self, check_mode=False, **params):
         self.check_mode = check_mode
-        self.params = {"check_nodes": True, "tree_spawn": False, "mode": "torchrun",
+        self.params = {"check_nodes": True, "tree_spawn": False, "mode": "torchrun", "scheduler": "none",
                        "nodes": [{"name": "head"}, {"name": "w1"}], "mpirun_extra_args": [], **params}
 
 
@@ -343,6 +343,7 @@ class _Module:
     (True, {}, False),  # a check starts nothing
     (False, {"tree_spawn": True}, False),  # the head does not ssh to every node
     (False, {"mode": "mpich"}, False),
+    (False, {"scheduler": "slurm"}, False),  # Slurm starts mpirun's daemons
     (False, {"check_nodes": False}, False),
     (False, {"nodes": [{"name": "head"}]}, False),
     (False, {"mpirun_extra_args": ["--mca", "plm_rsh_args", "-p 2222"]}, False),  # theirs, kept
