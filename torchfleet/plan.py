@@ -167,19 +167,19 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     facts = {host: read_facts(cache_dir, host) for host in hosts}
     ready = bool(hosts) and all(f and f.get("preflight_net") for f in facts.values())
     source = "facts" if ready else "inventory"
+    head_facts = (facts.get(head) or {}) if ready else {}
     interface = extra.get("interface")
 
     nodes = []
     if batch_nodes:  # one node as the pattern of the allocation's (_batch_script.for_allocation)
         slots = batch_slots or (nproc if nproc != "auto" else 1)
-        if not interface and ready:  # the cluster interface setup found, as the launch uses it
-            interface = (facts[head].get("preflight_net") or {}).get("interface")
+        if not interface:  # the cluster interface setup found, as the launch uses it
+            interface = (head_facts.get("preflight_net") or {}).get("interface")
         if batch_nodes > 1 and not interface:
             raise RenderError("a batch script for several nodes needs their cluster network interface: "
                               "run `torchfleet setup` first (its facts name it), or give -e interface=NAME "
                               "(e.g. ib0 or eth0)")
         nodes.append(lp.Node(name="node0", address="node0", slots=slots, interface=interface))
-        ready_head = head if ready else None
         head = "node0"
     else:
         for host in hosts:
@@ -198,7 +198,6 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
         raise RenderError("no facts cached for these nodes (run `torchfleet setup` first), and the "
                           "inventory does not name their cluster interface: give it with "
                           "-e interface=NAME (e.g. eth0)")
-    head_facts = (facts.get(ready_head if batch_nodes else head) or {}) if ready else {}
     # The home setup recorded (cluster_user's fact), else the role's own default: a path a shell
     # takes as it is when the command is pasted (a quoted ~user would not be expanded).
     home = ((head_facts.get("cluster_user_account") or {}).get("home") or extra.get("cluster_user_home")

@@ -914,7 +914,7 @@ def follow_run(module, plan, run_dir, supervisor, control_dir) -> dict:
 
 
 def slurm_job(module, plan, run_dir, paths):
-    """(sbatch argv, the batch script) of a run under Slurm; refuses what Slurm would refuse, or
+    """(sbatch argv, the batch script, its path) of a run under Slurm; refuses what Slurm would refuse, or
     cannot run under it, before anything is submitted or changed."""
     p = module.params
     if p["mode"] == "mpich":
@@ -1012,7 +1012,7 @@ def start_run(module, control_dir):
         "scheduler": p["scheduler"], "sbatch": sbatch,
     }
     if slurm:
-        supervisor_plan.update(argv=sbatch, command=shlex.join(sbatch))
+        supervisor_plan.update(argv=sbatch, command=result["command"])
     lib = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
     if slurm:
         try:
