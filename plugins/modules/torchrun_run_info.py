@@ -27,7 +27,6 @@ options:
     type: str
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.info_module
 attributes:
   check_mode:
     support: full

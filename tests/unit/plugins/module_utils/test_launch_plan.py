@@ -1,7 +1,7 @@
 """Unit tests for plugins/module_utils/_launch_plan.py, the one launch renderer.
 
-Golden files live in tests/unit/golden/; regenerate them after an intended change with
-    TORCHFLEET_UPDATE_GOLDEN=1 python -m pytest tests/unit/test_launch_plan.py
+Golden files live in tests/unit/plugins/module_utils/golden/; regenerate them after an intended change with
+    TORCHFLEET_UPDATE_GOLDEN=1 python -m pytest tests/unit/plugins/module_utils/test_launch_plan.py
 and review the diff.
 
 The quoting tests do not trust string comparison: they run the rendered `/bin/sh -c` part for
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 # ansible_collections.torchfleet.cluster resolves through .collections (a symlink to the repo);
 # it merges with the ansible package's own ansible_collections namespace package.
 sys.path.insert(0, str(REPO / ".collections"))

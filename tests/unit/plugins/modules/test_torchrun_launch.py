@@ -1,6 +1,6 @@
 """Unit tests for the pure parts of plugins/modules/torchrun_launch.py.
 
-The launcher logs in tests/unit/captured/ are real: each is the launcher.log the module wrote for a
+The launcher logs in tests/unit/plugins/modules/captured/ are real: each is the launcher.log the module wrote for a
 run on one node (Open MPI 4.1.4, torch 2.13 CPU), except torchrun_two_failures.log, which is
 torchrun's own output with two workers failing (no mpirun), and torchrun_lost_daemon.log, from three
 containers of the local cluster whose third node's Open MPI daemon was killed mid-run. Other

@@ -9,7 +9,7 @@ import yaml
 
 import torchfleet
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_collection_and_the_package_have_one_version():
