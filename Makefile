@@ -6,7 +6,7 @@ BIN := $(abspath $(VENV))/bin
 # Molecule, pytest and the playbooks find ansible-playbook, ansible and molecule in the venv.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test lint unit molecule image down
+.PHONY: demo test lint sanity unit molecule image down
 
 $(BIN)/torchfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,18 @@ demo: $(BIN)/torchfleet
 	ansible-playbook setup.yml -i inventory
 	ansible-playbook launch.yml -e script=examples/train.py -e nproc_per_node=2
 
-# Every test: lint, unit and cluster tests, then the Molecule scenario.
-test: lint unit molecule
+# Every test: lint, ansible-test sanity, unit and cluster tests, then the Molecule scenario.
+test: lint sanity unit molecule
 
+# ansible-lint (production profile), and every role's argument spec against its defaults.
 lint: $(BIN)/torchfleet
 	ansible-lint
+	$(BIN)/python tests/lint/role_defaults.py
+
+# ansible-test sanity on a copy laid out as ansible_collections/torchfleet/cluster, offline but for
+# PyPI; what it ignores is in tests/sanity/ignore-2.19.txt. ARGS go to ansible-test (--test pylint).
+sanity: $(BIN)/torchfleet
+	$(BIN)/python tests/sanity/run.py $(ARGS)
 
 # The node images (plain, and with Slurm for the tests' cluster), built once and cached (and the
 # Docker engine, started or installed if needed).

@@ -85,7 +85,7 @@ def main():
     ways["a_tiny_hand_mpirun"] = hand_command(hosts, cluster_vars, 1, tiny=True)
     ways["b_tiny_launch_yml"] = ["ansible-playbook", "launch.yml", "-i", args.inventory,
                                  "-e", "script=bench/tiny_rank.py", *tiny]
-    help_text = subprocess.run(["torchfleet", "--help"], capture_output=True, text=True).stdout
+    help_text = subprocess.run(["torchfleet", "--help"], capture_output=True, text=True, check=False).stdout
     if " launch" in help_text:
         ways["c_torchfleet_launch"] = ["torchfleet", "launch", "examples/train.py", "-i", args.inventory,
                                        "-e", f"nproc_per_node={args.nproc}", "--", *SCRIPT_ARGS]
@@ -117,7 +117,7 @@ def main():
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({key: report[key] for key in ("median_seconds", "ratios", "fixed_cost_seconds",
-                                                    "ratios_from_fixed_cost", "ratios_at_floor")}, indent=2))
+                                                   "ratios_from_fixed_cost", "ratios_at_floor")}, indent=2))
 
 
 if __name__ == "__main__":

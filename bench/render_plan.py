@@ -36,7 +36,7 @@ def main():
     args = parser.parse_args()
     big = plan(args.nodes)
     seconds = []
-    for _ in range(args.repeat):
+    for repetition in range(args.repeat):
         started = time.perf_counter()
         rendered = render(big)
         seconds.append(time.perf_counter() - started)

@@ -37,8 +37,8 @@ MARKER = "# BEGIN torchfleet"  # ssh_trust's managed block in /etc/ssh/ssh_known
 APT_FRESH = 20 * 3600  # seconds; under the openmpi role's cache_valid_time (a day), with room for a run
 
 
-def sh(argv, **kwargs):
-    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, **kwargs)
+def sh(argv, check=False, **kwargs):
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=check, **kwargs)
 
 
 def bake_image():
@@ -54,7 +54,7 @@ def bake_image():
     found = sh(["docker", "image", "inspect", "--format",
                 '{{index .Config.Labels "org.torchfleet.bake"}} {{.Created}}', SCALE_IMAGE])
     if found.returncode == 0:
-        found_label, _, created = found.stdout.strip().rpartition(" ")
+        found_label, space, created = found.stdout.strip().rpartition(" ")
         age = time.time() - datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", created)).timestamp()
         if found_label == label and age < APT_FRESH:
             return

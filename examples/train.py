@@ -57,7 +57,7 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
+from torch import nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -68,7 +68,7 @@ SYN_CHANNELS, SYN_SIZE, SYN_CLASSES = 3, 16, 10
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--use-syn", action="store_true", help="train on synthetic data (default without --data-dir)")
     src.add_argument("--data-dir", help="directory holding train.pt (see module docstring for the format)")

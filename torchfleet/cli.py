@@ -327,7 +327,7 @@ def _interrupted(args: argparse.Namespace, run_id: str) -> int:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
     print(f"torchfleet: interrupted: stopping run {run_id} on every node", file=sys.stderr, flush=True)
-    outcome = _playbook(args, "launch", action="stop", run_id=run_id)
+    outcome = _playbook(args, "launch", launch_action="stop", run_id=run_id)
     if outcome.rc == 0:
         print(f"torchfleet: run {run_id} stopped", file=sys.stderr)
     else:
@@ -349,7 +349,7 @@ def _shared(args: argparse.Namespace) -> bool:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    fixed = {"action": "stop"}
+    fixed = {"launch_action": "stop"}
     if args.run_id:
         _check_run_id(args.run_id)
         fixed["run_id"] = args.run_id
@@ -445,24 +445,26 @@ def _cluster_vars(args: argparse.Namespace) -> dict:
     """The head, the training account, the runs' directory (follow.head_account) and the head's
     inventory variables, from the inventory and -e."""
     from torchfleet import follow
-    from torchfleet.plan import parse_extra_vars, read_inventory
+    from torchfleet.plan import cluster_group, parse_extra_vars, read_inventory
     from torchfleet.run import ansible_env
 
+    extra = parse_extra_vars(args.extra_vars)
+    group = cluster_group(extra)
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         inventories = _inventories(args, Path(scratch))
-        hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()))
+        hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()), group=group)
     try:
-        head, user, log_dir = follow.head_account(hosts, hostvars, parse_extra_vars(args.extra_vars))
+        head, user, log_dir = follow.head_account(hosts, hostvars, extra, group)
     except follow.FollowError as error:
         raise UsageError(str(error)) from None
-    return {"head": head, "user": user, "log_dir": log_dir, "hostvars": hostvars[head]}
+    return {"head": head, "user": user, "log_dir": log_dir, "hostvars": hostvars[head], "group": group}
 
 
 def _status(args: argparse.Namespace) -> int:
     # As the training account: in a container root may not read other users' /proc/PID/environ.
-    user = _cluster_vars(args)["user"]
-    outcome = _adhoc(args, "torchfleet.cluster.torchrun_launch", "state=stopped", "cluster",
-                     ["--check", "--become", "--become-user", user])
+    found = _cluster_vars(args)
+    outcome = _adhoc(args, "torchfleet.cluster.torchrun_launch", "state=stopped", found["group"],
+                     ["--check", "--become", "--become-user", found["user"]])
     alive = {item["host"]: [run["run_id"] for run in item["res"].get("runs", [])]
              for item in outcome.progress.results}
     if not args.json:
@@ -484,7 +486,7 @@ def _render(args: argparse.Namespace) -> int:
         else:
             inventories = _inventories(args, Path(scratch))
             hosts, hostvars = tfplan.read_inventory(inventories, dict(os.environ, **ansible_env()),
-                                                    limit=args.limit)
+                                                    limit=args.limit, group=tfplan.cluster_group(extra))
     if batch:
         if not args.nodes or args.nodes < 1:
             raise UsageError(f"--format {args.format} needs --nodes N (the allocation's node count)")
@@ -497,7 +499,9 @@ def _render(args: argparse.Namespace) -> int:
             args.format, plan, rendered, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
             walltime=args.walltime, queue=args.queue, account=args.account))
         return 0
-    print(f"torchfleet: rendered from {'the cached facts of setup' if source == 'facts' else 'the inventory alone (no facts cached: run `torchfleet setup` for the real addresses, interfaces and paths)'}",
+    origin = ("the cached facts of setup" if source == "facts" else "the inventory alone (no facts cached: run "
+              "`torchfleet setup` for the real addresses, interfaces and paths)")
+    print(f"torchfleet: rendered from {origin}",
           file=sys.stderr)
     if args.json:
         print(json.dumps(tfplan.as_json(plan, rendered, source), indent=1))

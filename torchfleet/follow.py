@@ -51,12 +51,12 @@ def ssh_argv(name: str, hostvars: dict) -> list[str]:
     return argv + [str(hostvars.get("ansible_host") or name)]
 
 
-def head_account(hosts: list[str], hostvars: dict, extra: dict) -> tuple[str, str, str]:
+def head_account(hosts: list[str], hostvars: dict, extra: dict, group: str = "cluster") -> tuple[str, str, str]:
     """(the head, its training account, the runs' directory), from the inventory and -e."""
     first = hostvars[hosts[0]]
     name = extra.get("torchfleet_head") or first.get("torchfleet_head") or hosts[0]
     if name not in hostvars:
-        raise FollowError(f"torchfleet_head {name!r} is not in group cluster of the inventory")
+        raise FollowError(f"torchfleet_head {name!r} is not in group {group} of the inventory")
     user = str(extra.get("cluster_user_name") or first.get("cluster_user_name") or "torchfleet")
     workdir = str(extra.get("cluster_user_workdir") or first.get("cluster_user_workdir") or "~/torchfleet")
     log_dir = str(extra.get("log_dir") or workdir + "/runs")

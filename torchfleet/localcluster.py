@@ -51,7 +51,7 @@ def log(message: str) -> None:
 
 
 def run(argv: list[str], *, check: bool = True, capture: bool = True, **kwargs) -> subprocess.CompletedProcess:
-    result = subprocess.run(argv, text=True, capture_output=capture, **kwargs)
+    result = subprocess.run(argv, text=True, capture_output=capture, check=False, **kwargs)
     if check and result.returncode != 0:
         detail = (result.stderr or result.stdout or "").strip() if capture else ""
         raise ClusterError(f"`{' '.join(argv)}` failed (exit {result.returncode}): {detail}")
@@ -385,7 +385,7 @@ def _write_inventory(path: Path, name: str, nodes: list[tuple[Node, list[str]]],
     for node, keys in nodes:
         lines += [f"{node.name},{node.address} {key}" for key in keys]
     known_hosts.write_text("\n".join(lines) + "\n")
-    hosts = "\n".join(f"        {n.name}:\n          ansible_host: {n.address}" for n, _ in nodes)
+    hosts = "\n".join(f"        {n.name}:\n          ansible_host: {n.address}" for n, host_keys in nodes)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         f"# Written by `torchfleet cluster up --name {name}`; removed by `torchfleet cluster down --name {name}`.\n"
@@ -433,7 +433,7 @@ def up(name: str = "local", nodes: int = 3, inventory: Path | None = None, image
         _wait_slurm(name, nodes)
     _write_inventory(inventory, name, facts, state)
     (state / "inventory-path").write_text(str(inventory.resolve()))
-    for node, _ in facts:
+    for node, host_keys in facts:
         log(f"{node.name}  {node.hostname}  {node.address}")
     log(f"inventory written to {inventory}")
     return inventory
@@ -473,4 +473,3 @@ def validate_name(name: str) -> str:
     if not name or not all(c.isalnum() or c == "-" for c in name) or name.startswith("-"):
         raise ClusterError(f"cluster name {name!r} is not valid: use letters, digits and '-'")
     return name
-

@@ -71,6 +71,11 @@ def ansible_tool(name: str) -> list[str]:
     return [found] if found else [sys.executable, "-m", "ansible.cli." + name.split("-", 1)[1]]
 
 
+def cluster_group(extra: dict) -> str:
+    """The inventory group of the nodes: -e torchfleet_group, as the playbooks take it, else cluster."""
+    return str(extra.get("torchfleet_group") or "cluster")
+
+
 def read_inventory(inventories: list[str], env: dict, limit: str | None = None, group: str = "cluster"):
     """(hosts of `group` in inventory order, {host: vars}) from `ansible-inventory --list`."""
     argv = [*ansible_tool("ansible-inventory"), "--list"]
@@ -80,7 +85,7 @@ def read_inventory(inventories: list[str], env: dict, limit: str | None = None, 
         argv += ["--limit", limit]
     # Inventory variables only: the facts are read from the cache separately.
     env = dict(env, ANSIBLE_CACHE_PLUGIN="ansible.builtin.memory")
-    result = subprocess.run(argv, capture_output=True, text=True, env=env)
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     if result.returncode != 0:
         raise RenderError(f"ansible-inventory failed: {result.stderr.strip()}")
     data = json.loads(result.stdout)
@@ -98,7 +103,8 @@ def read_inventory(inventories: list[str], env: dict, limit: str | None = None, 
 
     hosts = list(dict.fromkeys(hosts_of(group, set())))
     if not hosts:
-        raise RenderError(f"the inventory has no hosts in group {group!r}; put every node in it")
+        raise RenderError(f"the inventory has no hosts in group {group!r}; put every node in it, or "
+                          f"name the group of your nodes with -e torchfleet_group=NAME")
     return hosts, {host: hostvars.get(host, {}) for host in hosts}
 
 
@@ -266,5 +272,3 @@ def as_text(plan, rendered, source: str) -> str:
     for node, values in rendered.per_node_env.items():
         lines += [f"# on {node}: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())]
     return "\n".join(lines) + "\n"
-
-

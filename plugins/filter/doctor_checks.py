@@ -421,7 +421,7 @@ def _port_results(raws, head, port, probes):
                        f"the rendezvous port {port} is taken on the head" +
                        (f" by {', '.join(holders)}" if holders else ""),
                        "stop what holds it (a run left over? `torchfleet stop` or `ansible-playbook launch.yml "
-                       "-e action=stop`), or choose another port with -e master_port=N")]
+                       "-e launch_action=stop`), or choose another port with -e master_port=N")]
     return [result("port", head, True, f"the rendezvous port {port} is free")]
 
 
@@ -438,7 +438,7 @@ def _run_results(raws):
             described = "; ".join(f"run {run['run_id']} (pids {', '.join(str(pid) for pid in run['pids'])})"
                                   for run in runs["runs"])
             out.append(result("runs", host, False, f"left alive from an earlier run: {described}",
-                              "end them with `ansible-playbook launch.yml -e action=stop` (or `torchfleet stop`)"))
+                              "end them with `ansible-playbook launch.yml -e launch_action=stop` (or `torchfleet stop`)"))
         else:
             out.append(result("runs", host, True, "no process of a run of torchfleet"))
     return out

@@ -56,8 +56,9 @@ def inventory_problems(hosts, group, head, addresses) -> list[str]:
     if not hosts:
         # The other checks read the hosts: this problem is said alone.
         return [f"The inventory has no hosts in group '{group}'. List your nodes under '{group}:' in an "
-                f"inventory (README, \"Describe your cluster\") and pass it with -i, or start the local "
-                f"cluster with `torchfleet cluster up`."]
+                f"inventory (copy inventory/hosts.yml.example to inventory/hosts.yml; README, \"Describe "
+                f"your cluster\") and pass it with -i, name the group that holds them with -e "
+                f"torchfleet_group=NAME, or start the local cluster with `torchfleet cluster up`."]
     problems = []
     if head not in hosts:
         problems.append(f"torchfleet_head is '{head}', which is not in group '{group}' ({', '.join(hosts)}). "

@@ -27,7 +27,8 @@ options:
         env_secrets, mpirun_extra_args), nproc_per_node, nodes (each node's hostvars, in the
         group's order, read once, as each read of hostvars costs the controller time per node),
         master_port, log_dir, group, group_hosts, play_hosts, mode, head, head_torchrun, and
-        (optional) scheduler, tree_spawn and slurm (partition, account, time_limit, gpus_per_node).
+        (optional) scheduler, tree_spawn, slurm (partition, account, time_limit, gpus_per_node) and
+        reserved_action (what -e action= gave; refused, as Ansible reserves the name).
     type: dict
     required: true
 """
@@ -195,6 +196,10 @@ def _scheduler_problems(request: dict) -> list[str]:
 
 
 def launch_problems(request: dict) -> list[str]:
+    # -e action=stop was launch.yml's stop before launch_action; Ansible reserves the name.
+    if request.get("reserved_action"):
+        return [f"-e action={request['reserved_action']}: Ansible reserves the name action; use -e "
+                f"launch_action={request['reserved_action']} (or: torchfleet stop)."]
     problems = []
     if request["action"] == "start":
         shape = _shape_problem(request)

@@ -178,7 +178,7 @@ def _split_mpi_host(token: str, path: str, line: int):
                                 "brackets ([fe80::1]:4)", path, line) from None
         return token, None
     if ":" in token:
-        host, _, count = token.partition(":")
+        host, colon, count = token.partition(":")
         if not host:
             raise HostfileError(f"{token!r} has no host before ':'; write host:N", path, line)
         check_host(host, path, line)
@@ -323,7 +323,7 @@ def _expand_item(item: str, path: str, line: int) -> list[str]:
         names = [name + literal for name in names]
         if not bracket:
             break
-        body, _, rest = rest.partition("]")
+        body, close_bracket, rest = rest.partition("]")
         expanded = _expand_ranges(body, item, path, line)
         if len(names) * len(expanded) > MAX_HOSTS:
             raise HostfileError(f"{item!r} names more than the {MAX_HOSTS} hosts torchfleet "
@@ -382,7 +382,7 @@ def check_slots_per_node(value) -> int | None:
 
 def detect_format(text: str) -> str:
     """``slurm``, ``pbs`` or ``mpi`` for ``text`` by the rule of format ``auto``."""
-    words = [content.split() for _, content in _content_lines(text)]
+    words = [content.split() for line_number, content in _content_lines(text)]
     if not words or any(len(line) > 1 for line in words):
         return "mpi"
     tokens = [line[0] for line in words]

@@ -205,6 +205,24 @@ def end_run(run_id: str, grace: float) -> tuple[list[dict], list[dict]]:
     return procs, stop_processes(procs, grace) if procs else []
 
 
+def files_to_place(file_contents: dict) -> tuple[dict, dict]:
+    """({absolute path: base64 content}, {absolute path: sha1 of the bytes}) of the files a run
+    needs on every node, from {path or ~/path: base64 content}; ValueError names a bad entry."""
+    files, digests = {}, {}
+    for path, content in file_contents.items():
+        where = os.path.expanduser(path)
+        if not os.path.isabs(where):
+            raise ValueError(f"{path} is not an absolute path (or ~/...); the nodes would each read "
+                             f"it from another directory")
+        try:
+            digests[where] = hashlib.sha1(base64.b64decode(content, validate=True)).hexdigest()
+        except (TypeError, ValueError):
+            raise ValueError(f"the content given for {path} is not base64; encode it with the "
+                             f"torchfleet.cluster.file_b64 filter") from None
+        files[where] = content
+    return files, digests
+
+
 def write_file(path: str, content: bytes) -> None:
     """Whole or not at all: a rank never reads half a script. Directories 0750, files 0640, as
     the training account's own."""

@@ -229,4 +229,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # Run as its own program on the head, not inside a module: an exit status, not exit_json.
+    raise SystemExit(main(sys.argv[1:]))

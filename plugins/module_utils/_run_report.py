@@ -17,7 +17,7 @@ except ImportError:  # run as a file on the head, beside the files it needs (see
     import _node_probe  # type: ignore[no-redef]
     import _run_record  # type: ignore[no-redef]
 
-STOP_HINT = "ansible-playbook launch.yml -e action=stop (or: torchfleet stop)"
+STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop)"
 TAIL_LINES = 20
 
 
@@ -223,7 +223,7 @@ def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dic
                     "failed_log": paths["launcher"], "failed_log_tail": _run_record.untagged(tail(text))}
         pattern = f"{paths['ranks']}/*/rank.{failure['rank']}/stderr"
     found, lines = read_log(host, pattern)
-    head, _, rest = pattern.rpartition("stderr")
+    head, stream, rest = pattern.rpartition("stderr")
     if not lines and head:  # nothing on stderr (an exit without a traceback): its stdout says more
         found_out, lines = read_log(host, head + "stdout" + rest)
         found = found_out if lines else found
@@ -253,4 +253,3 @@ def failure_message(run_id, rc, failure, paths) -> str:
             what += f"; its log: {failure['failed_log']} on {failure['failed_host']}"
     return (f"run {run_id} failed (launcher rc {rc}): {what}; launcher log: {paths['launcher']}; "
             f"all logs of the run under {paths['run']} (failed_log_tail has the last lines)")
-

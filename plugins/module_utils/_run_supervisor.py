@@ -4,7 +4,7 @@ started it (the launch module, Ansible, the controller, its connection).
 The launch module writes the run's plan (`run.json`, no secret in it) and these files into the
 run's directory, then starts `python3 -S .../_run_supervisor.py RUN_DIR` in a session of its own
 with the launcher's environment. From then on the supervisor does what follows a start, watched
-or not: it starts the launcher, enforces launch_timeout, stops the run on SIGTERM (`action=stop`,
+or not: it starts the launcher, enforces launch_timeout, stops the run on SIGTERM (`launch_action=stop`,
 `torchfleet stop`, Ctrl-C in `torchfleet launch`), names the first rank that failed and quotes
 its own log from the node it ran on, ends what is left of a failed, timed-out or stopped run on
 every node over the cluster's ssh, and keeps the run's record (_run_record) up to date.
@@ -90,7 +90,7 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
                 node.address, remote]
         try:
             done = subprocess.run(argv, input=json.dumps(requests[node.name]),
-                                  capture_output=True, text=True, timeout=timeout)
+                                  capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return {"error": f"no answer within {timeout} s"}
         try:
@@ -107,7 +107,7 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
 def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace: int,
                      timeout: int | None = None) -> dict:
     """End what is left of `run_id` on every node but the head (which the module swept itself),
-    over the cluster's ssh, as `action=stop` would: TERM, `grace` seconds, KILL. Returns
+    over the cluster's ssh, as `launch_action=stop` would: TERM, `grace` seconds, KILL. Returns
     {"stopped": {name: [pids]}, "survivors": {name: [pids]}, "silent": [{name, address, error}]}.
     A node that does not answer within 5 s of connecting is silent: a node cut off from the
     network makes no rank fail, the others wait for it in a collective until mpirun gives up its
@@ -135,13 +135,12 @@ def close_ssh_masters(ssh: str, control_dir: str, addresses) -> None:
         def close(address):
             try:
                 subprocess.run([ssh, "-o", f"ControlPath={control_dir}/%C", "-O", "exit", address],
-                               capture_output=True, timeout=10)
+                               capture_output=True, timeout=10, check=False)
             except subprocess.TimeoutExpired:
                 pass  # it ends by itself MASTER_PERSIST seconds after its last session
         with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(addresses))) as pool:
             list(pool.map(close, addresses))
     shutil.rmtree(control_dir, ignore_errors=True)
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,7 +381,7 @@ class Run:
         elif _Stop.signum:
             state = "stopped"
             msg = (f"run {run_id} was stopped ({signal.Signals(_Stop.signum).name} to its "
-                   f"supervisor: action=stop, torchfleet stop or Ctrl-C); logs under {paths['run']}{left}")
+                   f"supervisor: launch_action=stop, torchfleet stop or Ctrl-C); logs under {paths['run']}{left}")
         elif rc != 0:
             state = "failed"
             failure = _run_report.describe_failure(
@@ -407,6 +406,17 @@ class Run:
         return self.record
 
 
+def start(python: str, path: str, run_dir: str, env: dict) -> subprocess.Popen:
+    """Start the supervisor (this file at `path`) for the run in run_dir, in a session of its own
+    so that no signal meant for its starter reaches it, its output in the run's supervisor.log."""
+    log = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    try:
+        return subprocess.Popen([python, "-S", path, run_dir], env=env, stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=run_dir)
+    finally:
+        os.close(log)
+
+
 def main(argv: list[str]) -> int:
     run_dir = argv[0]
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -425,4 +435,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # Run as its own program on the head, not inside a module: an exit status, not exit_json.
+    raise SystemExit(main(sys.argv[1:]))

@@ -55,7 +55,7 @@ def minutes(limit: str) -> float | None:
 
 
 def _scontrol(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
+    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
 
 
 def fields(text: str) -> dict:
@@ -118,7 +118,8 @@ def check_partition(name: str | None, nodes: int, time_limit: str | None) -> str
 
 def submit(argv: list[str], env: dict, cwd: str | None) -> str:
     """sbatch --parsable ...: the job id."""
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=COMMAND_TIMEOUT)
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=COMMAND_TIMEOUT,
+                          check=False)
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise SlurmError(f"sbatch refused the job: {said[-1] if said else f'exit {done.returncode}'}")
@@ -152,4 +153,4 @@ def returncode(info: dict) -> int:
 
 
 def cancel(job_id: str) -> None:
-    subprocess.run(["scancel", job_id], capture_output=True, timeout=COMMAND_TIMEOUT)
+    subprocess.run(["scancel", job_id], capture_output=True, timeout=COMMAND_TIMEOUT, check=False)

@@ -19,7 +19,7 @@ description:
   - Returns a fingerprint of what is installed (every C(name==version) and the Python version),
     which is equal on nodes that hold the same environment.
 version_added: "1.0.0"
-author: torchfleet contributors
+author: torchfleet developers (@torchfleet)
 options:
   python:
     description: The environment's interpreter, such as C(/opt/torchfleet/envs/torchfleet/bin/python).
@@ -39,10 +39,16 @@ options:
     type: list
     elements: str
     default: [pip]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details: Reports the differences and changes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""
@@ -169,7 +175,7 @@ def main():
         if to_remove:
             module.run_command(pip + ["uninstall", "--yes", *to_remove], environ_update=env, check_rc=True)
         python_version, packages = installed(module, params["python"])
-        left, _, _ = differences(packages, wanted, keep)
+        left = differences(packages, wanted, keep)[0]
         if left:
             module.fail_json(msg="The environment still differs from the spec after the repair: "
                              + "; ".join(left), drift=drift)

@@ -69,7 +69,7 @@ options:
     type: str
   script:
     description: The training script's path on the nodes. Required with O(state=started).
-    type: str
+    type: path
   script_args:
     description: Arguments for the script; they reach it on every rank exactly as given.
     type: list
@@ -303,7 +303,7 @@ seealso:
     description: The per-node launcher started in torchrun and mpich modes.
     link: https://pytorch.org/docs/stable/elastic/run.html
 author:
-  - torchfleet contributors
+  - torchfleet developers (@torchfleet)
 """
 
 EXAMPLES = r"""
@@ -573,9 +573,7 @@ stopped:
       type: str
 """
 
-import base64
 import errno
-import hashlib
 import json
 import os
 import secrets
@@ -599,7 +597,8 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
     render,
     run_log_dirs,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _batch_script, _node_probe, _run_record, _slurm
+from ansible_collections.torchfleet.cluster.plugins.module_utils import (
+    _batch_script, _node_probe, _run_record, _run_supervisor, _slurm)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._node_probe import (
     find_run_processes,
     port_holders,
@@ -647,6 +646,7 @@ def launcher_env(environ, passed, rendered_env, secret_values):
 # The rendezvous port and the head's address
 # ---------------------------------------------------------------------------------------------
 
+
 def holds_address(address: str) -> bool:
     """Whether this machine has `address` (binding to an address it lacks fails)."""
     try:
@@ -690,7 +690,7 @@ def build(module, run_id, run_dir, control_dir=None):
     paths = {"run": run_dir, "launcher": os.path.join(run_dir, "launcher.log"),
              "ranks": ranks or "", "workers": workers or ""}
     plan = Plan(
-        nodes=nodes, head=p["head"], script=os.path.expanduser(p["script"]), run_id=run_id,
+        nodes=nodes, head=p["head"], script=p["script"], run_id=run_id,
         hostfile_path=os.path.join(run_dir, "hostfile"), script_args=tuple(p["script_args"]),
         mode=p["mode"], port=p["master_port"], nproc_per_node=p["nproc_per_node"],
         python=p["python"], torchrun=p["torchrun"], launcher=p["launcher"],
@@ -850,16 +850,11 @@ def prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result):
 def start_supervisor(module, run_dir, lib, env, result):
     """The supervisor, in a session of its own: no signal meant for the module or its caller
     reaches it, and it outlives them. Returns it once it has started the launcher (or ended)."""
-    log = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
     try:
-        proc = subprocess.Popen([sys.executable, "-S", os.path.join(lib, "_run_supervisor.py"), run_dir],
-                                env=dict(env, **{_node_probe.SUPERVISOR_VAR: result["run_id"]}),
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=run_dir)
+        proc = _run_supervisor.start(sys.executable, os.path.join(lib, "_run_supervisor.py"), run_dir,
+                                     dict(env, **{_node_probe.SUPERVISOR_VAR: result["run_id"]}))
     except OSError as err:
         module.fail_json(msg=f"cannot start the run's supervisor with {sys.executable}: {err}", **result)
-    finally:
-        os.close(log)
     module.supervised = True
     while True:
         record = _run_record.read_state(run_dir)
@@ -971,18 +966,10 @@ def start_run(module, control_dir):
         "worker_logs_dir": paths["workers"], "state_file": os.path.join(run_dir, _run_record.STATE_FILE),
     }
     # {absolute path: base64 content}: the probes hash the decoded bytes and write the text.
-    files, digests = {}, {}
-    for path, content in p["file_contents"].items():
-        where = os.path.expanduser(path)
-        if not os.path.isabs(where):
-            module.fail_json(msg=f"file_contents: {path} is not an absolute path (or ~/...); the "
-                                 f"nodes would each read it from another directory", run_id=run_id)
-        try:
-            digests[where] = hashlib.sha1(base64.b64decode(content, validate=True)).hexdigest()
-        except (TypeError, ValueError):
-            module.fail_json(msg=f"file_contents: the content given for {path} is not base64; encode "
-                                 f"it with the torchfleet.cluster.file_b64 filter", run_id=run_id)
-        files[where] = content
+    try:
+        files, digests = _node_probe.files_to_place(p["file_contents"])
+    except ValueError as err:
+        module.fail_json(msg=f"file_contents: {err}", run_id=run_id)
     slurm = p["scheduler"] == "slurm"
     sbatch = script = script_path = None
     if slurm:
@@ -1088,7 +1075,7 @@ ARGUMENT_SPEC = {
     "state": {"type": "str", "default": "started", "choices": ["started", "stopped"]},
     "nodes": {"type": "list", "elements": "dict", "options": NODE_OPTIONS},
     "head": {"type": "str"},
-    "script": {"type": "str"},
+    "script": {"type": "path"},
     "script_args": {"type": "list", "elements": "str", "default": []},
     "run_id": {"type": "str"},
     "mode": {"type": "str", "default": "torchrun", "choices": ["torchrun", "rank", "mpich"]},

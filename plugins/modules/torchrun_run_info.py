@@ -39,7 +39,7 @@ notes:
 seealso:
   - module: torchfleet.cluster.torchrun_launch
 author:
-  - torchfleet contributors
+  - torchfleet developers (@torchfleet)
 """
 
 EXAMPLES = r"""

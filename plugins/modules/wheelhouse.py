@@ -20,7 +20,7 @@ description:
     NCCL build or version, fails naming both, since the two would load different libraries.
   - Meant to run on the controller, once per play (C(delegate_to=localhost) and C(run_once=true)).
 version_added: "1.0.0"
-author: torchfleet contributors
+author: torchfleet developers (@torchfleet)
 options:
   packages:
     description: Requirement strings, such as C(torch==2.13.0) or C(numpy).
@@ -51,10 +51,16 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details: Reports whether a download would happen, and downloads nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 """
 
 EXAMPLES = r"""

@@ -13,8 +13,8 @@ NAME = os.environ.get("TORCHFLEET_TEST_CLUSTER") or f"tfit{os.getpid()}"
 NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
 
 
-def run(argv, **kwargs):
-    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, **kwargs)
+def run(argv, check=False, **kwargs):
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=check, **kwargs)
 
 
 def recap(output):

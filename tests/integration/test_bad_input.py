@@ -100,7 +100,7 @@ def holding_port(port, command):
         started = run(["docker", "exec", "-d", HEAD, "python3", "-c", code], timeout=60)
         assert started.returncode == 0, started.stderr
         try:
-            for _ in range(30):
+            for attempt in range(30):
                 if f":{port} " in run(["docker", "exec", HEAD, "ss", "-ltn"], timeout=60).stdout:
                     break
                 time.sleep(1)
@@ -186,12 +186,14 @@ CASES = [
     pytest.param(playbook_with("setup.yml", {"hosts.yml": "all:\n  children:\n    cluster:\n      hosts: {}\n"}),
                  ["The inventory has no hosts in group 'cluster'", "List your nodes under 'cluster:'"],
                  id="inventory-empty-cluster-group"),
-    pytest.param(playbook_with("setup.yml", {"hosts.yml": cluster_inventory(
-                     lambda group: group["hosts"].update(again=dict(group["hosts"][NODES[1]])))}),
+    pytest.param(playbook_with("setup.yml",
+                               {"hosts.yml": cluster_inventory(
+                                   lambda group: group["hosts"].update(again=dict(group["hosts"][NODES[1]])))}),
                  [f"{NODES[1]} and again are both", "keep one name per machine"],
                  id="inventory-one-machine-under-two-names"),
-    pytest.param(playbook_with("setup.yml", {"hosts.yml": cluster_inventory(
-                     lambda group: group["vars"].update(torchfleet_head="gpu99"))}),
+    pytest.param(playbook_with("setup.yml",
+                               {"hosts.yml": cluster_inventory(
+                                   lambda group: group["vars"].update(torchfleet_head="gpu99"))}),
                  ["torchfleet_head is 'gpu99', which is not in group 'cluster'",
                   "Set torchfleet_head to one of those hosts"],
                  id="inventory-head-outside-the-group"),
@@ -205,9 +207,10 @@ CASES = [
     pytest.param(launch("-e", f"script={SCRIPT}", "--limit", HEAD),
                  [f"This launch runs on 1 of the 3 nodes (left out: {NODES[1]}, {NODES[2]})", "run without --limit"],
                  id="launch-limit-leaves-nodes-out"),
-    pytest.param(playbook_with("launch.yml", {"hosts.yml": cluster_inventory(
-                     lambda group: group["hosts"][NODES[1]].update(nproc_per_node=2))},
-                     "-e", f"script={SCRIPT}"),
+    pytest.param(playbook_with("launch.yml",
+                               {"hosts.yml": cluster_inventory(
+                                   lambda group: group["hosts"][NODES[1]].update(nproc_per_node=2))},
+                               "-e", f"script={SCRIPT}"),
                  ["nproc_per_node differs between nodes", f"2 on {NODES[1]}", "-e nproc_per_node=N"],
                  id="inventory-non-uniform-slots-torchrun"),
     # Hostfiles through the torchfleet.cluster.hostfile inventory plugin.

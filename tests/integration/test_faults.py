@@ -7,9 +7,9 @@
   (Ansible's ^C looks like a lost connection on the head), and the stop action ends it;
 - a node cut off from the network mid-run: Open MPI gives up its daemon within
   launch_silent_node_timeout, the launch ends naming the node, and the daemon on the cut-off node
-  ends the ranks there by itself; once the node is back, `-e action=stop` finds nothing to end.
+  ends the ranks there by itself; once the node is back, `-e launch_action=stop` finds nothing to end.
 
-A run left over from an earlier launch (refused, then ended by `-e action=stop`) is covered by
+A run left over from an earlier launch (refused, then ended by `-e launch_action=stop`) is covered by
 test_launch_cluster.py::test_a_second_launch_is_refused_while_a_run_is_alive_and_stop_ends_it.
 
 The cluster is shared with the session's other test files: after every test the `restored`
@@ -157,7 +157,7 @@ def restore(cluster):
     left = {node: left_on(node) for node in NODES}
     if any(left.values()):
         print(f"restore: stopping what is left: {left}")
-        rc, output = cluster.launch("-e", "action=stop")
+        rc, output = cluster.launch("-e", "launch_action=stop")
         assert rc == 0, output[-3000:]
         # Open MPI's daemons carry no run id; they go when their mpirun is gone.
         wait_until(lambda: not any(left_on(node) for node in NODES), 60, "no run left on any node")
@@ -209,13 +209,13 @@ def test_a_node_stopped_during_setup_is_named_and_the_rest_completes(cluster):
 
 
 def test_a_worker_killed_mid_training_fails_the_launch_naming_its_node(cluster):
-    launch, _ = start_long_run(cluster)
+    launch, run_id = start_long_run(cluster)
     try:
         workers = docker("exec", NODES[2], "pgrep", "-u", "torchfleet", "-f", WORKER).stdout.split()
         assert len(workers) == 1, workers  # one worker per node: rank 2 on node2
         killed = time.monotonic()
         assert docker("exec", NODES[2], "kill", "-KILL", workers[0]).returncode == 0
-        rc, output, _ = launch.wait(KILLED_RUN_ENDS_WITHIN)
+        rc, output, since_start = launch.wait(KILLED_RUN_ENDS_WITHIN)
         seconds = time.monotonic() - killed
     finally:
         launch.kill()
@@ -238,7 +238,7 @@ def test_ctrl_c_of_ansible_playbook_leaves_the_run_to_its_supervisor(cluster):
     try:
         # A terminal's ^C: SIGINT to the foreground process group, ansible-playbook and its workers.
         os.killpg(launch.process.pid, signal.SIGINT)
-        rc, output, _ = launch.wait(INTERRUPTED_RUN_ENDS_WITHIN)
+        rc, output, since_start = launch.wait(INTERRUPTED_RUN_ENDS_WITHIN)
     finally:
         launch.kill()
     assert rc != 0
@@ -247,7 +247,7 @@ def test_ctrl_c_of_ansible_playbook_leaves_the_run_to_its_supervisor(cluster):
         assert any("train.py" in line for line in left_on(node)), node
     record = json.loads(docker("exec", NODES[0], "cat", f"{RUNS}/{run_id}/state.json").stdout)
     assert record["state"] == "running" and record["supervisor_pid"]
-    rc, output = cluster.launch("-e", "action=stop", "-e", f"run_id={run_id}")
+    rc, output = cluster.launch("-e", "launch_action=stop", "-e", f"run_id={run_id}")
     assert rc == 0, output[-3000:]
     wait_until(lambda: not any(left_on(node) for node in NODES), INTERRUPTED_RUN_ENDS_WITHIN,
                "every rank on every node ended")
@@ -258,14 +258,14 @@ def test_ctrl_c_of_ansible_playbook_leaves_the_run_to_its_supervisor(cluster):
 
 def test_a_node_cut_off_mid_run_is_named_and_its_ranks_end_there(cluster):
     # launch_timeout only bounds the test: the silent node must end the run long before it.
-    launch, _ = start_long_run(cluster, "-e", f"launch_silent_node_timeout={SILENT_NODE_TIMEOUT}",
-                               "-e", f"launch_timeout={LAUNCH_TIMEOUT * 3}")
+    launch, run_id = start_long_run(cluster, "-e", f"launch_silent_node_timeout={SILENT_NODE_TIMEOUT}",
+                                    "-e", f"launch_timeout={LAUNCH_TIMEOUT * 3}")
     try:
         assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
         cut = time.monotonic()
         # Open MPI's keepalive gives the node up after SILENT_NODE_TIMEOUT s; then the other ranks
         # are stopped (TERM, 10 s of grace, KILL) and the head's ssh to the node times out (5 s).
-        rc, output, _ = launch.wait(SILENT_NODE_TIMEOUT + 60)
+        rc, output, since_start = launch.wait(SILENT_NODE_TIMEOUT + 60)
         ended = time.monotonic() - cut
         flat = " ".join(output.split())
         assert rc != 0
@@ -284,7 +284,7 @@ def test_a_node_cut_off_mid_run_is_named_and_its_ranks_end_there(cluster):
 
         # Back on the network, the stop the message advises finds nothing left there.
         reconnect(NODES[2], 2)
-        rc, output = cluster.launch("-e", "action=stop")
+        rc, output = cluster.launch("-e", "launch_action=stop")
         assert rc == 0, output[-3000:]
         assert f"Nothing of torchfleet was running on {NODES[2]}." in output
     finally:

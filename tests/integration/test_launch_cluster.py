@@ -39,7 +39,7 @@ def long_run(cluster):
     wait_until(lambda: all(training_pids(node) for node in NODES), 180, "the run started on every node")
     yield process
     if process.poll() is None:
-        cluster.launch("-e", "action=stop")
+        cluster.launch("-e", "launch_action=stop")
         process.wait(timeout=120)
 
 
@@ -67,14 +67,14 @@ def test_a_second_launch_is_refused_while_a_run_is_alive_and_stop_ends_it(cluste
     assert "refusing to launch: an earlier torchfleet run is still alive on " in flat
     for node in NODES:
         assert f"on {node}: tf-" in flat, node
-    assert "ansible-playbook launch.yml -e action=stop" in flat
+    assert "ansible-playbook launch.yml -e launch_action=stop" in flat
     assert '"changed": false' in flat  # refused before anything changed
     assert long_run.poll() is None  # the first run goes on
 
-    rc, output = cluster.launch("-e", "action=stop")
+    rc, output = cluster.launch("-e", "launch_action=stop")
     assert rc == 0, output[-3000:]
     assert f"Stopped on {NODES[1]}" in " ".join(output.split())
-    first_output, _ = long_run.communicate(timeout=120)
+    long_run.communicate(timeout=120)  # until the first run ends, its output drained
     assert long_run.returncode != 0
     for node in NODES:
         assert training_pids(node) == [], node

@@ -36,7 +36,7 @@ def torchfleet_argv(cluster, *args):
 
 def torchfleet(cluster, *args, timeout=LIMIT):
     return subprocess.run(torchfleet_argv(cluster, *args), cwd=REPO, env=cluster.env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def left_on(node):
@@ -227,8 +227,9 @@ def test_the_commands_death_leaves_no_ansible_playbook_behind(cluster):
     launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", "--", *SHORT)
     try:
         # Killed while its playbook starts the run (ansible-playbook runs on a pty of its own).
-        playbook = wait_until(lambda: run(["pgrep", "-P", str(launch.process.pid), "-f", "ansible-playbook"]).stdout.split(),
-                              60, "the command's ansible-playbook")[0]
+        def playbook_pids():
+            return run(["pgrep", "-P", str(launch.process.pid), "-f", "ansible-playbook"]).stdout.split()
+        playbook = wait_until(playbook_pids, 60, "the command's ansible-playbook")[0]
         with open(f"/proc/{playbook}/cmdline") as handle:
             extra = next(arg for arg in handle.read().split("\0") if '"run_id"' in arg)
         run_id = json.loads(extra)["run_id"]

@@ -83,7 +83,7 @@ def test_an_unreachable_node_is_named_and_the_rest_completes(cluster):
 
     # Back again: the next run converges with every node.
     rc, output = None, ""
-    for _ in range(3):  # sshd in the restarted container may need a moment
+    for attempt in range(3):  # sshd in the restarted container may need a moment
         rc, output = cluster.setup()
         if rc != 4:
             break

@@ -5,7 +5,6 @@ get-pip script in it, which it downloads from a host that only CI systems reach.
 puts this script in that cache instead, beside pip's own wheel fetched from PyPI: pip runs from
 its wheel and installs itself, as get-pip does, and the packages come from the package index.
 """
-import glob
 import os
 import sys
 
@@ -13,10 +12,12 @@ import sys
 def main():
     # get-pip's own options, which pip install does not know.
     args = [arg for arg in sys.argv[1:] if arg not in ('--no-setuptools', '--no-wheel')]
-    wheels = glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'pip-*-py3-none-any.whl'))
-    if not wheels:
-        sys.exit('pip wheel missing beside %s: run make sanity' % __file__)
-    sys.path.insert(0, sorted(wheels)[-1])
+    # Saved as get_pip_24_2.py for pip 24.2, as ansible-test names its cache.
+    version = os.path.splitext(os.path.basename(__file__))[0][len('get_pip_'):].replace('_', '.')
+    wheel = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'pip-%s-py3-none-any.whl' % version)
+    if not os.path.exists(wheel):
+        sys.exit('%s is missing: run make sanity, which fetches it' % wheel)
+    sys.path.insert(0, wheel)
     from pip._internal.cli.main import main as pip_main  # pylint: disable=import-outside-toplevel
     sys.exit(pip_main(['install', '--upgrade', '--force-reinstall'] + args))
 

@@ -74,24 +74,24 @@ def project(tmp_path, monkeypatch):
 # --- arguments and exit codes ------------------------------------------------------------------
 
 def test_bad_option_exits_2_with_a_message(capsys):
-    rc, _, err = run_cli(capsys, "launch", "--no-such-option", "train.py")
+    rc, out, err = run_cli(capsys, "launch", "--no-such-option", "train.py")
     assert rc == 2
     assert "unrecognized arguments: --no-such-option" in err
 
 
 def test_missing_script_exits_2(capsys):
-    rc, _, err = run_cli(capsys, "launch", "-i", "hosts.yml")
+    rc, out, err = run_cli(capsys, "launch", "-i", "hosts.yml")
     assert rc == 2
     assert "required: SCRIPT" in err
 
 
 def test_no_subcommand_exits_2(capsys):
-    rc, _, err = run_cli(capsys)
+    rc, out, err = run_cli(capsys)
     assert rc == 2 and "required" in err
 
 
 def test_script_that_does_not_exist_exits_2(project, capsys):
-    rc, _, err = run_cli(capsys, "launch", "nope.py", "-i", "hosts.yml")
+    rc, out, err = run_cli(capsys, "launch", "nope.py", "-i", "hosts.yml")
     assert rc == 2
     assert "script nope.py not found" in err
 
@@ -99,19 +99,19 @@ def test_script_that_does_not_exist_exits_2(project, capsys):
 def test_missing_inventory_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text("")
-    rc, _, err = run_cli(capsys, "render", "train.py")
+    rc, out, err = run_cli(capsys, "render", "train.py")
     assert rc == 2 and "no inventory" in err
-    rc, _, err = run_cli(capsys, "render", "train.py", "-i", "missing.yml")
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "missing.yml")
     assert rc == 2 and "missing.yml does not exist" in err
 
 
 def test_script_args_only_for_launch_and_render(capsys):
-    rc, _, err = run_cli(capsys, "status", "--", "--epochs", "1")
+    rc, out, err = run_cli(capsys, "status", "--", "--epochs", "1")
     assert rc == 2 and "takes no script arguments" in err
 
 
 def test_bad_run_id_exits_2(project, capsys):
-    rc, _, err = run_cli(capsys, "stop", "a;b", "-i", "hosts.yml")
+    rc, out, err = run_cli(capsys, "stop", "a;b", "-i", "hosts.yml")
     assert rc == 2 and "run id" in err
 
 
@@ -162,7 +162,7 @@ def test_render_json_from_the_fact_cache(project, capsys):
 
 
 def test_render_text_names_the_parts(project, capsys):
-    rc, out, _ = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "run_id=tf-x1")
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "run_id=tf-x1")
     assert rc == 0
     assert "# hostfile (/home/trainer/torchfleet/runs/tf-x1/hostfile)" in out
     assert "10.9.0.11 slots=4" in out and "TORCHFLEET_RUN_ID=tf-x1" in out
@@ -170,7 +170,7 @@ def test_render_text_names_the_parts(project, capsys):
 
 def test_render_from_the_inventory_without_facts(project, capsys):
     shutil.rmtree(project / ".cache")
-    rc, _, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "--json")
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "--json")
     assert rc == 1 and "-e interface=NAME" in err
     rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "--json",
                            "-e", "interface=eth0", "-e", "launch_mode=rank")
@@ -220,7 +220,7 @@ def test_render_takes_tree_spawn_and_silent_node_timeout_as_the_launch_does(proj
 
 
 def test_render_plan_error_exits_1(project, capsys):
-    rc, _, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "master_port=80")
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "master_port=80")
     assert rc == 1 and "port 80 is not usable" in err
 
 
@@ -298,17 +298,17 @@ def test_batch_script_runs_the_same_launch(project, capsys, fmt):
 
 
 def test_batch_script_refuses_the_wrong_node_count(project, capsys):
-    _, script, _ = run_cli(capsys, "render", "train.py", "--format", "pbs", "--nodes", "3",
-                           "-e", "interface=ib0")
+    rc, script, err = run_cli(capsys, "render", "train.py", "--format", "pbs", "--nodes", "3",
+                              "-e", "interface=ib0")
     (project / "job.sh").write_text(script)
     (project / "nodefile").write_text("n1\nn2\n")
-    result = subprocess.run(["bash", "job.sh"], cwd=project, capture_output=True, text=True,
+    result = subprocess.run(["bash", "job.sh"], cwd=project, capture_output=True, text=True, check=False,
                             env=dict(os.environ, PBS_NODEFILE=str(project / "nodefile")))
     assert result.returncode == 1 and "rendered for 3 nodes, the job has 2" in result.stderr
 
 
 def test_batch_needs_nodes(project, capsys):
-    rc, _, err = run_cli(capsys, "render", "train.py", "--format", "slurm")
+    rc, out, err = run_cli(capsys, "render", "train.py", "--format", "slurm")
     assert rc == 2 and "--nodes" in err
 
 

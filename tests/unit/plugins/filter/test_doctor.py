@@ -10,7 +10,7 @@ from ansible_collections.torchfleet.cluster.plugins.filter.doctor_checks import 
     ssh_targets)
 from torchfleet import doctor
 
-NODES = ["n0", "n1", "n2"]
+NODES = ("n0", "n1", "n2")
 ETH = {"n0": "10.0.0.1", "n1": "10.0.0.2", "n2": "10.0.0.3"}
 
 
@@ -108,7 +108,7 @@ def healthy(node, launch=False):
                             for peer in others},
                          **({} if node == "n0" else {"(head)": {"ok": True, "error": ""}})},
              "port": {"in_use": False, "holders": []} if node == "n0" else None}
-    rc, stderr = (0, "") if launch else (255, f"torchfleet@x: Permission denied (publickey).")
+    rc, stderr = (0, "") if launch else (255, "torchfleet@x: Permission denied (publickey).")
     return {
         "reachable": True, "launch_node": launch,
         "known_hosts": "# BEGIN torchfleet cluster: m\n" + "\n".join(KNOWN) + "\n# END torchfleet cluster: m\n",

@@ -55,7 +55,7 @@ def test_a_list_given_as_anything_else_is_said_alone(request_, key, value):
 
 def test_every_other_problem_is_named_at_once(request_):
     request_.update(script="missing.py", nproc_per_node="0", master_port=70000, log_dir="runs",
-                     play_hosts=["node0"])
+                    play_hosts=["node0"])
     request_["lists"].update(files=["data.csv", "nope.csv"], env_secrets=["TF_TEST_SECRET", "TF_TEST_UNSET"],
                              mpirun_extra_args=["--mca", "x", "y; rm -rf ~", "-np 4"])
     problems = launch_problems(request_)

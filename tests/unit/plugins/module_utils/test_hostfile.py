@@ -106,7 +106,7 @@ def test_slurm_nodelists_expand_as_slurm_does(nodelist, expected):
 def test_slurm_gets_slots_from_slots_per_node_only():
     assert slots(parse_hostfile("gpu[01-02]", fmt="slurm")) == {"gpu01": None, "gpu02": None}
     assert slots(parse_hostfile("gpu[01-02]", fmt="slurm", slots_per_node=4)) == {"gpu01": 4,
-                                                                                   "gpu02": 4}
+                                                                                  "gpu02": 4}
 
 
 def test_slurm_file_over_several_lines_with_comments():
@@ -204,7 +204,7 @@ BAD = [
     ("slurm step", "slurm", "gpu[1-8:2]\n", 1, ["'1-8:2' in the brackets"]),
     ("slurm nested", "slurm", "gpu[1-[2-3]]\n", 1, ["nested '['", "character 7"]),
     ("slurm empty item", "auto", "a,,b\n", 1, ["empty item in Slurm nodelist 'a,,b' at character 3",
-                                              "extra ','"]),
+                                               "extra ','"]),
     ("slurm leading comma", "slurm", ",a\n", 1, ["empty item", "at character 1"]),
     ("slurm trailing comma", "slurm", "# list\na,\n", 2, ["empty item", "at the end"]),
     ("slurm empty entry in brackets", "slurm", "gpu[1,,2]\n", 1, ["an empty entry in the brackets"]),

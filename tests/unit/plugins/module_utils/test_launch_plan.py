@@ -546,7 +546,7 @@ def hostile_args(marker: Path) -> tuple[str, ...]:
 def run_rank_shell(argv: list[str], env: dict[str, str], cwd: Path):
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
     return subprocess.run(shell_tail(argv), env=full_env, cwd=cwd, capture_output=True, text=True,
-                          timeout=60)
+                          timeout=60, check=False)
 
 
 def test_torchrun_mode_user_args_arrive_byte_for_byte(tmp_path, fake_program):
@@ -644,7 +644,7 @@ def test_death_by_signal_passes_through(tmp_path, fake_program, mode, program_fi
     outer = subprocess.run([lp.SHELL, "-c", '"$@"; echo "status=$?"', "outer",
                             *shell_tail(rendered.argv)],
                            env={"PATH": os.environ.get("PATH", "/bin"), **env}, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60, check=False)
     assert outer.stdout.splitlines()[-1] == f"status={128 + signal.SIGTERM}"
 
 
@@ -753,7 +753,7 @@ def _local_address() -> str | None:
 
 # `make test` installs Open MPI on the controller: this test runs, it is never skipped.
 @pytest.mark.parametrize("mode, program_field, expected_ranks", [("rank", "python", 2),
-                                                                   ("torchrun", "torchrun", 1)])
+                                                                 ("torchrun", "torchrun", 1)])
 def test_real_mpirun_accepts_the_rendered_command(tmp_path, fake_program, mode, program_field,
                                                   expected_ranks):
     assert shutil.which("mpirun"), "Open MPI's mpirun is needed: apt-get install openmpi-bin"
@@ -769,7 +769,7 @@ def test_real_mpirun_accepts_the_rendered_command(tmp_path, fake_program, mode, 
     Path(plan.hostfile_path).write_text(rendered.hostfile)
     env = {**os.environ, **rendered.env}
     result = subprocess.run(rendered.argv, env=env, cwd=tmp_path, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     # Open MPI forwards each rank's writes as they come: one rank's newline can land after the
     # next rank's line, so read whole JSON objects rather than lines.

@@ -144,7 +144,7 @@ def test_ssh_argv_follows_the_inventorys_connection_settings():
 def test_head_account_reads_head_account_and_log_dir():
     hostvars = {"a": {"torchfleet_head": "b"}, "b": {}}
     assert follow.head_account(["a", "b"], hostvars, {}) == ("b", "torchfleet", "~torchfleet/torchfleet/runs")
-    _, user, log_dir = follow.head_account(["a", "b"], hostvars, {"log_dir": "/scratch/runs", "cluster_user_name": "ml"})
+    head, user, log_dir = follow.head_account(["a", "b"], hostvars, {"log_dir": "/scratch/runs", "cluster_user_name": "ml"})
     assert (user, log_dir) == ("ml", "/scratch/runs")
     with pytest.raises(follow.FollowError, match="torchfleet_head 'c'"):
         follow.head_account(["a"], {"a": {"torchfleet_head": "c"}}, {})

@@ -210,7 +210,7 @@ def test_torchrun_failure_reads_the_worker_log(tmp_path):
     (worker / "stderr.log").write_text("rank failing\n")
     nodes = [Node("here", "10.0.0.1", 2)]
     failure = report.describe_failure(captured("torchrun_exit3.log"), nodes, "torchrun",
-                                  _paths(tmp_path))
+                                      _paths(tmp_path))
     assert failure == {"failed_rank": 1, "failed_host": "here", "failed_exit_code": 3,
                        "failed_log": str(worker / "stderr.log"),
                        "failed_log_tail": ["rank failing"]}
@@ -261,7 +261,7 @@ def test_torchrun_launcher_failure_without_summary_names_the_node(tmp_path):
 
 def test_unexplained_failure_says_where_to_look(tmp_path):
     failure = report.describe_failure("ssh: connect to host 10.0.0.2 port 22: No route to host\n",
-                                  NODES, "rank", _paths(tmp_path))
+                                      NODES, "rank", _paths(tmp_path))
     assert failure["failed_rank"] is None and failure["failed_exit_code"] is None
     message = report.failure_message("r", 1, failure, _paths(tmp_path))
     assert "exited with rc 1 without naming a failed rank" in message
@@ -283,7 +283,7 @@ def test_open_mpi_lost_daemon_names_the_node():
 
 def test_lost_daemon_is_reported_as_that_node(tmp_path):
     failure = report.describe_failure(captured("torchrun_lost_daemon.log"), LOCAL_NODES, "torchrun",
-                                  _paths(tmp_path), 1)
+                                      _paths(tmp_path), 1)
     assert (failure["failed_rank"], failure["failed_host"], failure["failed_exit_code"]) == (
         None, "tf-tffault-node2", None)
     message = report.failure_message("r", 205, failure, _paths(tmp_path))
@@ -324,7 +324,7 @@ def test_the_clean_up_after_a_failed_run_names_what_it_ended_and_the_silent_node
                    {"name": "w3", "address": "10.0.0.4", "error": "no answer within 2 s"}]}
     said = report.cleanup_message(ended)
     assert said.startswith("; could not reach w2, w3 to end what is left of the run there")
-    assert "launch.yml -e action=stop" in said
+    assert "launch.yml -e launch_action=stop" in said
     assert report.cleanup_message(ended, name_silent=False) == ""  # a timeout's message names them
     assert "survived SIGKILL on w1: 41" in report.cleanup_message(
         {"stopped": {}, "survivors": {"w1": [41]}, "silent": []})
@@ -392,7 +392,7 @@ def test_timeout_message_names_the_silent_nodes():
     message = report.timeout_message("r", 60, 10, silent, "/runs/r")
     assert message.startswith("run r outlived launch_timeout=60s and was stopped")
     assert "these nodes went silent, they do not answer ssh from the head: w2 (10.0.0.3)" in message
-    assert "launch.yml -e action=stop" in message and message.endswith("logs under /runs/r")
+    assert "launch.yml -e launch_action=stop" in message and message.endswith("logs under /runs/r")
     assert "every node answers ssh" in report.timeout_message("r", 60, 10, [], "/runs/r")
     assert "ssh" not in report.timeout_message("r", 60, 10, None, "/runs/r")  # not probed
 
@@ -433,7 +433,7 @@ def test_env_pass_leaves_out_what_torchfleet_or_the_user_sets():
     environ = {"PATH": "/bin", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN",
                "NCCL_ALGO": "Ring"}
     taken = tl.RESERVED_ENV | {"NCCL_DEBUG"}
-    names, _ = tl.resolve_env_pass([], environ, taken)
+    names, missing = tl.resolve_env_pass([], environ, taken)
     assert names == ["PATH", "NCCL_ALGO"]
     plan = Plan(nodes=(Node("a", "10.0.0.1", 1, "eth0"),), head="a", script="t.py", run_id="r",
                 hostfile_path="/tmp/h", env_pass=tuple(names), env_set={"NCCL_DEBUG": "INFO"})
@@ -595,10 +595,10 @@ def test_the_probe_runs_alone_as_the_head_sends_it(tmp_path):
     assert argv[:3] == [sys.executable, "-S", "-c"]
     target = tmp_path / "t.py"
     done = subprocess.run(argv, input=json.dumps({"expect": {str(target): "0" * 40}}),
-                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["stale"] == [str(target)]
-    alive = subprocess.run(argv, input="{}", capture_output=True, text=True, timeout=60)
+    alive = subprocess.run(argv, input="{}", capture_output=True, text=True, timeout=60, check=False)
     assert json.loads(alive.stdout) == {}  # the silent-node check: an answer, nothing scanned
-    broken = subprocess.run(argv, input="not json", capture_output=True, text=True, timeout=60)
+    broken = subprocess.run(argv, input="not json", capture_output=True, text=True, timeout=60, check=False)
     assert "error" in json.loads(broken.stdout)
