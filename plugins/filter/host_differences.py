@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _host_differences
+
 DOCUMENTATION = r"""
 name: host_differences
 short_description: Name the nodes, and the values, that differ from the first node
@@ -40,27 +42,10 @@ _value:
 
 
 def host_differences(values_by_host):
-    if not isinstance(values_by_host, dict):
-        raise AnsibleFilterError("host_differences expects a mapping of node names to mappings")
-    hosts = list(values_by_host)
-    if not hosts:
-        return []
-    first = hosts[0]
-    reference = values_by_host[first] or {}
-    sentences = []
-    for host in hosts[1:]:
-        values = values_by_host[host] or {}
-        parts = []
-        for name in sorted(set(reference) | set(values)):
-            if name not in values:
-                parts.append(f"{name} missing ({first} has {reference[name]})")
-            elif name not in reference:
-                parts.append(f"{name} {values[name]} extra ({first} has none)")
-            elif str(values[name]) != str(reference[name]):
-                parts.append(f"{name} {values[name]} ({first} has {reference[name]})")
-        if parts:
-            sentences.append(f"{host} differs from {first}: " + ", ".join(parts) + ".")
-    return sentences
+    try:
+        return _host_differences.host_differences(values_by_host)
+    except TypeError as err:
+        raise AnsibleFilterError(str(err)) from err
 
 
 class FilterModule:

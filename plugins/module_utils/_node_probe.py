@@ -17,8 +17,10 @@ import os
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 RUN_ID_VAR = "TORCHFLEET_RUN_ID"
@@ -203,6 +205,56 @@ def end_run(run_id: str, grace: float) -> tuple[list[dict], list[dict]]:
     """End what is left of one run on this node: (what was found and stopped, what survived)."""
     procs = find_run_processes({run_id})
     return procs, stop_processes(procs, grace) if procs else []
+
+
+def ipv4_interfaces() -> dict:
+    """{interface name: its first IPv4 address}, from `ip -4 -o addr show` ({} without ip)."""
+    found = {}
+    try:
+        out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True,
+                             check=False).stdout
+    except OSError:
+        return found
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[2] == "inet":
+            found.setdefault(fields[1].split("@")[0], fields[3].split("/")[0])
+    return found
+
+
+def _connect(probe: dict, own: set, timeout: float, results: dict) -> None:
+    key = probe["key"]
+    if probe["target"] in own:
+        results[key] = {"ok": False, "error": "the target address is this node's own"}
+        return
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        if probe.get("interface") and os.geteuid() == 0:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, probe["interface"].encode())
+            except OSError:
+                pass  # the bound source address still picks the interface
+        sock.bind((probe["source"], 0))
+        sock.connect((probe["target"], int(probe.get("port", 22))))
+        results[key] = {"ok": True, "error": ""}
+    except OSError as err:
+        results[key] = {"ok": False, "error": err.strerror or str(err)}
+    finally:
+        sock.close()
+
+
+def connect_all(probes: list, own_addresses, timeout: float) -> dict:
+    """{key: {ok, error}}: a TCP connect for each probe ({key, interface, source, target, port}),
+    bound to its source address (and interface, as root), all at once."""
+    results: dict = {}
+    threads = [threading.Thread(target=_connect, args=(probe, set(own_addresses), timeout, results))
+               for probe in probes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
 
 
 def files_to_place(file_contents: dict) -> tuple[dict, dict]:

@@ -1,66 +1,14 @@
-"""Filters of the doctor playbook: turn what each node reported into one result per check and node."""
+# Copyright: torchfleet contributors
+"""The doctor's judgement: what each node reported, turned into one result per check and node, and
+the plans of its probes. The doctor_* filters call these; each filter has a file of its own, so
+that ansible-doc shows each one's own documentation."""
 
 from __future__ import annotations
 
-import json
 import re
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.torchfleet.cluster.plugins.module_utils._host_differences import host_differences
 
-try:
-    from ansible_collections.torchfleet.cluster.plugins.filter.host_differences import host_differences
-except ImportError:  # pragma: no cover - only when the collection is not on the path
-    from host_differences import host_differences  # type: ignore
-
-DOCUMENTATION = r"""
-name: doctor_results
-short_description: Judge the findings of the doctor playbook, one result per check and node
-version_added: 1.0.0
-description:
-  - Takes, per node, the raw findings of the C(doctor) role (C(_doctor_raw)) and returns a list of
-    results, each with C(check), C(host), C(ok), C(level) (C(pass), C(fail) or C(info)), C(reason)
-    and C(fix).
-  - The same file provides C(doctor_common_interfaces) (the interface names every node has),
-    C(doctor_interfaces) (which of those can carry traffic between the nodes), C(doctor_pick) (a
-    few keys of a registered result) and C(doctor_line) (one result as a line of text).
-options:
-  _input:
-    description: Node name to the node's C(_doctor_raw), in inventory order.
-    type: dict
-    required: true
-  head:
-    description: The head node; versions and GPU counts are compared with it.
-    type: str
-    required: true
-  master_port:
-    description: The rendezvous port.
-    type: int
-    default: 29500
-  unreachable:
-    description: Node name to the controller's message for the nodes it could not reach.
-    type: dict
-  known_hosts:
-    description: The lines setup wrote into the managed known_hosts block of every node.
-    type: list
-    elements: str
-  known_hosts_block:
-    description: The name in the block's markers (C(torchfleet CLUSTER_NAME)).
-    type: str
-    default: torchfleet cluster
-"""
-
-EXAMPLES = r"""
-- name: Judge the findings
-  ansible.builtin.set_fact:
-    doctor_results: "{{ _raw | torchfleet.cluster.doctor_results(head='node0', master_port=29500) }}"
-"""
-
-RETURN = r"""
-_value:
-  description: One result per check and node.
-  type: list
-  elements: dict
-"""
 
 HOST_KEY_MARKERS = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED",
                     "host key is known", "Host key for", "No matching host key")
@@ -159,13 +107,6 @@ def analyse_interfaces(addresses, reachable, cluster_interfaces=()):
         found.append({"interface": iface, "usable": usable, "reason": reason, "addresses": by_node,
                       "cluster": iface in set(cluster_interfaces)})
     return found
-
-
-def _json(registered):
-    try:
-        return json.loads((registered or {}).get("stdout") or "")
-    except (TypeError, ValueError):
-        return None
 
 
 def _error(registered):
@@ -279,11 +220,11 @@ def _versions(raw):
         for name, version in sorted((env.get("packages") or {}).items()):
             found[name] = version
         found["environment fingerprint"] = env.get("fingerprint", "")[:12]
-    nccl = _json(raw.get("nccl"))
-    if raw.get("nccl", {}).get("rc") == 0 and nccl:
-        found["NCCL"] = nccl.get("version", "")
+    nccl = raw.get("nccl") or {}
+    if nccl.get("version"):
+        found["NCCL"] = nccl["version"]
     else:
-        errors.append(f"NCCL could not be loaded ({_error(raw.get('nccl'))})")
+        errors.append(f"NCCL could not be loaded ({nccl.get('msg') or 'no answer'})")
     return found, errors
 
 
@@ -447,12 +388,13 @@ def _run_results(raws):
 def doctor_results(raws, head, master_port=29500, unreachable=None, known_hosts=(),
                    known_hosts_block="torchfleet cluster"):
     if not isinstance(raws, dict):
-        raise AnsibleFilterError("doctor_results expects a mapping of node names to findings")
+        raise TypeError("doctor_results expects a mapping of node names to findings")
     raws = {host: dict(raw or {}) for host, raw in raws.items()}
     unreachable = unreachable or {}
     probes = {}
     for host, raw in raws.items():
-        found = _json(raw.get("probe")) or _json(raw.get("ifaces"))
+        # The node_probe module's results: the full probe, else the first read of the interfaces.
+        found = next((got for got in (raw.get("probe"), raw.get("ifaces")) if got and "interfaces" in got), None)
         if raw.get("reachable") and found is not None:
             probes[host] = found
     results = []
@@ -477,16 +419,3 @@ def doctor_results(raws, head, master_port=29500, unreachable=None, known_hosts=
 def doctor_line(entry):
     text = f"[{entry['level'].upper()}] {entry['check']} {entry['host']}: {entry['reason']}"
     return text + (f" -> {entry['fix']}" if entry.get("fix") and not entry["ok"] else "")
-
-
-class FilterModule:
-    def filters(self):
-        return {
-            "doctor_results": doctor_results,
-            "doctor_common_interfaces": common_interfaces,
-            "doctor_interfaces": analyse_interfaces,
-            "doctor_pick": pick,
-            "doctor_ssh_targets": ssh_targets,
-            "doctor_probe_plan": probe_plan,
-            "doctor_line": doctor_line,
-        }
