@@ -265,10 +265,20 @@ def as_json(plan, rendered, source: str) -> dict:
 
 
 def as_text(plan, rendered, source: str) -> str:
-    lines = ["# command (run on the head, " + plan.head + ")", rendered.command, "",
-             f"# hostfile ({plan.hostfile_path})", rendered.hostfile.rstrip("\n"), "",
-             "# environment of the launcher (forwarded to every rank)"]
-    lines += [f"{name}={shlex.quote(value)}" for name, value in rendered.display_env.items()]
+    """The launch as a script that runs as shown, pasted into a shell on the head as the training
+    account: the hostfile written, the launcher's environment exported, then the command."""
+    inherited, secret = list(rendered.inherit), list(rendered.secrets)
+    directory = os.path.dirname(plan.hostfile_path)
+    lines = [f"# On the head ({plan.head}), as the training account: the hostfile, the environment, the command.",
+             f"mkdir -p {shlex.quote(directory)}",
+             f"cat > {shlex.quote(plan.hostfile_path)} <<'EOF'", rendered.hostfile.rstrip("\n"), "EOF"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in rendered.env.items()]
+    if inherited:
+        lines.append(f"# passed on as this shell has them: {', '.join(inherited)}")
+    if secret:
+        lines.append(f"# secrets, read from the controller's environment by a launch: export {', '.join(secret)} "
+                     f"here first")
     for node, values in rendered.per_node_env.items():
         lines += [f"# on {node}: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())]
+    lines.append(rendered.command)
     return "\n".join(lines) + "\n"

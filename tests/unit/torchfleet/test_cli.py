@@ -164,8 +164,10 @@ def test_render_json_from_the_fact_cache(project, capsys):
 def test_render_text_names_the_parts(project, capsys):
     rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "run_id=tf-x1")
     assert rc == 0
-    assert "# hostfile (/home/trainer/torchfleet/runs/tf-x1/hostfile)" in out
-    assert "10.9.0.11 slots=4" in out and "TORCHFLEET_RUN_ID=tf-x1" in out
+    assert "cat > /home/trainer/torchfleet/runs/tf-x1/hostfile <<'EOF'\n10.9.0.11 slots=4\n" in out
+    assert "export TORCHFLEET_RUN_ID=tf-x1\n" in out
+    # What it prints is a script a shell reads as it is (the cluster tests run it on a head).
+    assert subprocess.run(["bash", "-n"], input=out, text=True, check=False).returncode == 0
 
 
 def test_render_from_the_inventory_without_facts(project, capsys):
