@@ -197,9 +197,10 @@ def _scheduler_problems(request: dict) -> list[str]:
 
 def launch_problems(request: dict) -> list[str]:
     # -e action=stop was launch.yml's stop before launch_action; Ansible reserves the name.
-    if request.get("reserved_action"):
-        return [f"-e action={request['reserved_action']}: Ansible reserves the name action; use -e "
-                f"launch_action={request['reserved_action']} (or: torchfleet stop)."]
+    given = request.get("reserved_action")
+    if given:
+        return [f"-e action={given}: Ansible reserves the name action; use -e launch_action={given}"
+                + (" (or: torchfleet stop)." if given == "stop" else ".")]
     problems = []
     if request["action"] == "start":
         shape = _shape_problem(request)

@@ -319,9 +319,13 @@ CASES = [
     pytest.param(launch("-e", f"script={SCRIPT}", "-e", "run_id=../../etc"),
                  ["run_id '../../etc' is not valid; use 1 to 64 characters"],
                  id="launch-run-id-a-path"),
-    pytest.param(launch("-e", "action=restart"),
+    pytest.param(launch("-e", "launch_action=restart"),
                  ["value of launch_action must be one of: start, stop, got: restart"],
                  id="launch-unknown-action"),
+    # launch.yml's stop before launch_action: Ansible reserves the name `action`.
+    pytest.param(launch("-e", "action=stop"),
+                 ["-e action=stop: Ansible reserves the name action; use -e launch_action=stop"],
+                 id="launch-reserved-name-action"),
     # What setup records with python_env_engine=none: no torchrun for the torchrun mode to run.
     pytest.param(launch("-e", f"script={SCRIPT}", "-e", "python_env_torchrun="),
                  ["launch_mode=torchrun runs torchrun, but setup recorded none", "use -e launch_mode=rank"],

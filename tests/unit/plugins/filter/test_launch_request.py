@@ -128,3 +128,13 @@ def test_the_size_limit_holds_only_where_the_module_carries_the_files(request_, 
     request_["lists"]["files"] = ["big.bin"]
     request_.update(change)
     assert launch_problems(request_) == []
+
+
+@pytest.mark.parametrize("given, said", [
+    ("stop", "-e action=stop: Ansible reserves the name action; use -e launch_action=stop (or: torchfleet stop)."),
+    ("start", "-e action=start: Ansible reserves the name action; use -e launch_action=start."),
+])
+def test_the_reserved_name_action_is_refused_alone(request_, given, said):
+    request_["reserved_action"] = given
+    request_["script"] = "/nonexistent.py"
+    assert launch_problems(request_) == [said]
