@@ -56,10 +56,10 @@ _value:
 """
 
 
-def doctor_results(raws, head, master_port=29500, unreachable=None, known_hosts=(),
-                   known_hosts_block="torchfleet cluster"):
+def doctor_results(raws, *args, **kwargs):
+    # The options and their defaults are _doctor.doctor_results's, documented above.
     try:
-        return _doctor.doctor_results(raws, head, master_port, unreachable, known_hosts, known_hosts_block)
+        return _doctor.doctor_results(raws, *args, **kwargs)
     except TypeError as err:
         raise AnsibleFilterError(str(err)) from err
 
