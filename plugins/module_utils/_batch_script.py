@@ -112,7 +112,7 @@ count=$(printf '%s\\n' "$nodes" | grep -c .)
 if [ "$count" -ne {nodes} ]; then
   echo "torchfleet: this script was rendered for {nodes} nodes, the job has $count" >&2; exit 1
 fi
-head=$(printf '%s\\n' "$nodes" | head -n 1)
+head=${{nodes%%$'\\n'*}}  # not `| head -n 1`: under pipefail printf's SIGPIPE would end the job (141)
 case "$head" in *[!A-Za-z0-9._:-]*) echo "torchfleet: odd node name: $head" >&2; exit 1;; esac
 run_id={run_id}
 hostfile=$(mktemp "${{TMPDIR:-/tmp}}/torchfleet-hostfile.XXXXXX")
