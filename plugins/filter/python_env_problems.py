@@ -19,6 +19,8 @@ options:
     description:
       - The spec, with keys engine, packages, extra_packages, conda_file, micromamba_file,
         micromamba_url and micromamba_checksum (the python_env_ variables of the same names).
+      - Optionally, how the wheels spread, with wheelhouse_seed, spread_port and spread_fanout (the
+        python_env_ variables of the same names), and nodes, the group's nodes the seed must be one of.
     type: dict
     required: true
 """
@@ -78,6 +80,19 @@ def _conda_problem(spec: dict) -> str | None:
             f"micromamba_file='{spec['micromamba_file']}', micromamba_url='{url}', checksum='{checksum}'.")
 
 
+def _spread_problem(spec: dict) -> str | None:
+    seed, nodes = spec.get("wheelhouse_seed") or "", spec.get("nodes")
+    if seed and nodes is not None and seed not in nodes:
+        return (f"python_env_wheelhouse_seed is '{seed}', which is not a node of the cluster "
+                f"({', '.join(nodes) or 'none'}): name one of them, or leave it unset for the head.")
+    port, fanout = spec.get("spread_port", 29610), spec.get("spread_fanout", 2)
+    if not str(port).isdigit() or not 1 <= int(port) <= 65535:
+        return f"python_env_spread_port is '{port}': give a TCP port, 1 to 65535, free on the nodes."
+    if not str(fanout).isdigit() or int(fanout) < 1:
+        return f"python_env_spread_fanout is '{fanout}': give how many nodes each node serves, 1 or more (2 by default)."
+    return None
+
+
 def python_env_problems(spec: dict) -> list[str]:
     engine = spec["engine"]
     if engine not in ENGINES:
@@ -89,7 +104,7 @@ def python_env_problems(spec: dict) -> list[str]:
         return [f"python_env_engine=none installs no packages, but {', '.join(spec['extra_packages'])} "
                 f"would go into the environment (the NCCL wheel, with nccl_source=wheel): set "
                 f"nccl_source=none (or system), or choose the venv or conda engine."]
-    problems = [_spec_problem([*spec["packages"], *spec["extra_packages"]])]
+    problems = [_spec_problem([*spec["packages"], *spec["extra_packages"]]), _spread_problem(spec)]
     if engine == "conda":
         problems.append(_conda_problem(spec))
     return [problem for problem in problems if problem]

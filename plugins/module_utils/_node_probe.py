@@ -12,8 +12,10 @@ import base64
 import errno
 import glob
 import hashlib
+import importlib.metadata
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -312,11 +314,49 @@ def log_tail(pattern: str, lines: int) -> dict:
     return {"path": matches[-1], "lines": read_end(matches[-1], 256 * 1024).splitlines()[-lines:]}
 
 
+def canonical(name: str) -> str:
+    """PEP 503's normal form: Typing_Extensions and typing-extensions are one project."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def differences(installed: dict, wanted: dict, keep) -> tuple[list, list, list]:
+    """(sentences, to_install, to_remove) that turn `installed` into `wanted` ({name: version})."""
+    sentences, to_install, to_remove = [], [], []
+    for name, version in sorted(wanted.items()):
+        have = installed.get(name)
+        if have is None:
+            sentences.append(f"{name} is missing (spec: {version})")
+        elif have != version:
+            sentences.append(f"{name} is {have}, the spec says {version}")
+        else:
+            continue
+        to_install.append(f"{name}=={version}")
+    for name in sorted(set(installed) - set(wanted) - set(keep)):
+        sentences.append(f"{name} {installed[name]} is installed but not in the spec")
+        to_remove.append(name)
+    return sentences, to_install, to_remove
+
+
+def environment_drift(python: str, wanted: dict) -> list:
+    """How the environment of the interpreter `python` differs from `wanted` ({name: version},
+    what setup installed), one sentence each. Reads the distributions' metadata in the
+    environment's site-packages (whichever Python runs this), so it starts no interpreter:
+    a few milliseconds."""
+    prefix = os.path.dirname(os.path.dirname(python))
+    paths = glob.glob(os.path.join(prefix, "lib", "python3*", "site-packages"))
+    if not paths:
+        return [f"{prefix} has no lib/python3*/site-packages"]
+    installed = {canonical(dist.metadata["Name"]): dist.version
+                 for dist in importlib.metadata.distributions(path=paths) if dist.metadata["Name"]}
+    return differences(installed, wanted, ())[0]
+
+
 def probe(request: dict) -> dict:
     """One node's answer. With `write` ({path: base64 content}), writes those files and names
     them; with `expect` ({path: SHA-1}), the runs alive on the node and which of those files are
     missing or differ; with `stop` ({run_id, grace}), ends what is left of that run here and
-    names what was stopped and what survived; with `tail` ({pattern, lines}), the end of that log.
+    names what was stopped and what survived; with `tail` ({pattern, lines}), the end of that log;
+    with `packages` ({python, expect}), how that environment differs from what setup installed.
     An empty request only shows that the node answers."""
     answer = {}
     if "write" in request:
@@ -331,6 +371,8 @@ def probe(request: dict) -> dict:
         answer["stopped"], answer["survivors"] = end_run(request["stop"]["run_id"], request["stop"]["grace"])
     if "tail" in request:
         answer["tail"] = log_tail(request["tail"]["pattern"], request["tail"]["lines"])
+    if "packages" in request:
+        answer["drift"] = environment_drift(request["packages"]["python"], request["packages"]["expect"])
     return answer
 
 

@@ -11,9 +11,10 @@ module: python_env_sync
 short_description: Make a Python environment hold exactly the packages of a lock, offline
 description:
   - Compares what is installed in the environment of O(python) with O(lock) (C(name==version)
-    lines) and puts right every difference. A missing package or a different version is installed
-    from O(wheelhouse) with C(pip install --no-index); a package that the lock does not list is
-    removed (except those in O(keep)).
+    lines, each with its C(--hash=sha256:HEX)) and puts right every difference. A missing package
+    or a different version is installed from O(wheelhouse) with C(pip install --no-index
+    --require-hashes), so a wheel whose bytes are not the lock's fails the install, named; a
+    package that the lock does not list is removed (except those in O(keep)).
   - Reports each difference it found before putting it right, so a package changed by hand on one
     node is named in the output.
   - Returns a fingerprint of what is installed (every C(name==version) and the Python version),
@@ -30,7 +31,7 @@ options:
     type: path
     required: true
   lock:
-    description: C(name==version) of every package the environment must hold.
+    description: C(name==version --hash=sha256:HEX) of every package the environment must hold.
     type: list
     elements: str
     required: true
@@ -56,7 +57,9 @@ EXAMPLES = r"""
   torchfleet.cluster.python_env_sync:
     python: /opt/torchfleet/envs/torchfleet/bin/python
     wheelhouse: /opt/torchfleet/wheelhouse/3f2a9c0d1e2b4a5c
-    lock: [numpy==2.4.6, torch==2.13.0+cpu]
+    lock:
+      - numpy==2.4.6 --hash=sha256:0c1bb0bd53ba3b08a3ad8e3e75b4a5e1b4f0b3e5a0cdd4c6c5a3e5c8f2d1a9b7
+      - torch==2.13.0+cpu --hash=sha256:8a3f1e4d0c2b6a9e7d5c3b1a0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e
 """
 
 RETURN = r"""
@@ -83,8 +86,11 @@ import hashlib
 import json
 import os
 import re
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+# The launch's probe judges a node's environment with the same two functions.
+from ansible_collections.torchfleet.cluster.plugins.module_utils._node_probe import canonical, differences
 
 # Runs inside the environment: every installed distribution, and the Python version.
 LIST_INSTALLED = (
@@ -94,36 +100,20 @@ LIST_INSTALLED = (
 )
 
 
-def canonical(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def parse_lock(lines):
-    wanted = {}
+    """({name: version}, {name: sha256}) of lock lines `name==version --hash=sha256:HEX`."""
+    wanted, hashes = {}, {}
     for line in lines:
-        name, sep, version = line.partition("==")
+        pin, _sep, digest = line.partition("--hash=sha256:")
+        name, sep, version = pin.partition("==")
         if not sep or not name.strip() or not version.strip():
-            raise ValueError(f"lock line {line!r} is not name==version")
+            raise ValueError(f"lock line {line!r} is not name==version --hash=sha256:HEX")
+        if not re.fullmatch(r"[0-9a-f]{64}", digest.strip()):
+            raise ValueError(f"lock line {line!r} has no --hash=sha256:HEX: every node installs with the "
+                             f"hashes required (the wheelhouse module writes them)")
         wanted[canonical(name.strip())] = version.strip()
-    return wanted
-
-
-def differences(installed, wanted, keep):
-    """(sentences, to_install, to_remove) that turn `installed` into `wanted`."""
-    sentences, to_install, to_remove = [], [], []
-    for name, version in sorted(wanted.items()):
-        have = installed.get(name)
-        if have is None:
-            sentences.append(f"{name} is missing (spec: {version})")
-        elif have != version:
-            sentences.append(f"{name} is {have}, the spec says {version}")
-        else:
-            continue
-        to_install.append(f"{name}=={version}")
-    for name in sorted(set(installed) - set(wanted) - set(keep)):
-        sentences.append(f"{name} {installed[name]} is installed but not in the spec")
-        to_remove.append(name)
-    return sentences, to_install, to_remove
+        hashes[canonical(name.strip())] = digest.strip()
+    return wanted, hashes
 
 
 def fingerprint(python_version, packages):
@@ -139,6 +129,26 @@ def installed(module, python):
     return found["python"], {canonical(n): v for n, v in found["packages"].items()}
 
 
+def install(module, pip, wheelhouse, lines, env):
+    """pip install exactly `lines` (the lock's, hashes required) from the wheelhouse: --no-deps,
+    since the lock holds every dependency, and --require-hashes, so altered bytes fail."""
+    fd, requirements = tempfile.mkstemp(prefix="torchfleet-lock-", suffix=".txt")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write("".join(line + "\n" for line in lines))
+        rc, out, err = module.run_command(pip + ["install", "--no-index", "--find-links", wheelhouse,
+                                                 "--no-cache-dir", "--no-deps", "--require-hashes",
+                                                 "-r", requirements], environ_update=env)
+    finally:
+        os.unlink(requirements)
+    if rc != 0:
+        # pip names each wheel whose hash differs ("Expected sha256 ... Got ...") and its file.
+        told = [line.strip() for line in err.splitlines() if line.strip()]
+        module.fail_json(msg="pip could not install from the wheelhouse " + wheelhouse + ": "
+                             + " ".join(told[-8:]) + ". Run setup again: it checks every wheel and "
+                             "fetches the altered ones anew", rc=rc, stdout=out, stderr=err)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -151,7 +161,7 @@ def main():
     )
     params = module.params
     try:
-        wanted = parse_lock(params["lock"])
+        wanted, hashes = parse_lock(params["lock"])
     except ValueError as error:
         module.fail_json(msg=str(error))
     keep = {canonical(name) for name in params["keep"]}
@@ -169,9 +179,8 @@ def main():
         env = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
         pip = [params["python"], "-m", "pip"]
         if to_install:
-            module.run_command(pip + ["install", "--no-index", "--find-links", params["wheelhouse"],
-                                      "--no-cache-dir", *to_install],
-                               environ_update=env, check_rc=True)
+            install(module, pip, params["wheelhouse"], [f"{pin} --hash=sha256:{hashes[pin.split('==')[0]]}"
+                                                         for pin in to_install], env)
         if to_remove:
             module.run_command(pip + ["uninstall", "--yes", *to_remove], environ_update=env, check_rc=True)
         python_version, packages = installed(module, params["python"])

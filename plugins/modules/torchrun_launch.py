@@ -237,6 +237,15 @@ options:
         caller's (O(state=stopped) on each).
     type: bool
     default: true
+  expect_packages:
+    description:
+      - The packages (canonical name to version) that setup installed in the environment of
+        O(python) on every node (the cached fact C(python_env_installed)). With O(check_nodes),
+        the check before the start reads each node's environment (its distributions' metadata, no
+        interpreter started) and refuses the launch when one differs, naming the node and the
+        packages, before anything starts. Empty, no such check.
+    type: dict
+    default: {}
   scheduler:
     description:
       - V(none) starts C(mpirun) on the head, which reaches the other nodes over C(ssh).
@@ -545,6 +554,10 @@ unreachable:
   returned: when a node did not answer
   type: list
   elements: str
+drifted:
+  description: Node name to how its environment differs from O(expect_packages), when that refused the launch.
+  returned: when a node's environment differs from what setup installed
+  type: dict
 port_holders:
   description: Processes seen holding the rendezvous port on the head, when it refused the launch.
   returned: when the port was taken
@@ -738,7 +751,10 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> di
     head = next(node for node in plan.nodes if node.name == plan.head)
     nodes = plan.nodes if module.params["check_nodes"] else [head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
-    answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: {"expect": expect} for node in nodes},
+    request = {"expect": expect}
+    if module.params["expect_packages"]:
+        request["packages"] = {"python": plan.python, "expect": module.params["expect_packages"]}
+    answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: request for node in nodes},
                           control_dir=control_dir)
     order = [node.name for node in nodes]
     lost = [name for name in order if "error" in answers[name]]
@@ -755,6 +771,13 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> di
         module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {listed}. "
                              f"Stop it first with {STOP_HINT}, then launch again", runs=runs,
                          run_id=plan.run_id)
+    drifted = [name for name in order if answers[name].get("drift")]
+    if drifted:
+        listed = "; ".join(f"{name}: {', '.join(answers[name]['drift'])}" for name in drifted)
+        module.fail_json(msg=f"refusing to launch: the Python environment {plan.python} is no longer "
+                             f"what setup installed, on {listed}. Run setup again "
+                             f"(ansible-playbook setup.yml -i INVENTORY) to put it back, then launch",
+                         drifted={name: answers[name]["drift"] for name in drifted}, run_id=plan.run_id)
     head_preflight(module, plan, run_dir, head)
     return {name: answers[name]["stale"] for name in order if answers[name]["stale"]}
 
@@ -1099,6 +1122,7 @@ ARGUMENT_SPEC = {
     "chdir": {"type": "path"},
     "file_contents": {"type": "dict", "default": {}, "no_log": True},
     "check_nodes": {"type": "bool", "default": True},
+    "expect_packages": {"type": "dict", "default": {}},
     "detach": {"type": "bool", "default": False},
     "detach_when": {"type": "str", "default": "running", "choices": ["running", "submitted"]},
     "scheduler": {"type": "str", "default": "none", "choices": ["none", "slurm"]},

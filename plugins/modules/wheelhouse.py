@@ -14,8 +14,11 @@ description:
     nodes' Python version, machine and C library, into a directory named after a hash of all of
     that. A directory that is already complete is used as it is, so an unchanged spec downloads
     nothing.
-  - Writes C(requirements.lock) beside the wheels, with one C(name==version) line for every wheel (the
-    exact set the nodes install with C(pip install --no-index)).
+  - Writes C(requirements.lock) beside the wheels, with one C(name==version --hash=sha256:HEX) line
+    for every wheel, in pip's hash-checking form. That is the exact set the nodes install, with
+    C(pip install --no-index --require-hashes), so a wheel altered on its way to a node or on
+    the node fails the install. A lock of an earlier version without hashes gets them from the
+    wheels it lists.
   - When the spec holds an NCCL wheel (C(nvidia-nccl-*)) and the PyTorch wheel requires another
     NCCL build or version, fails naming both, since the two would load different libraries.
   - Meant to run on the controller, once per play (C(delegate_to=localhost) and C(run_once=true)).
@@ -82,18 +85,27 @@ path:
   returned: always
   type: str
 lock:
-  description: C(name==version) of every wheel, sorted by name.
+  description: C(name==version --hash=sha256:HEX) of every wheel, sorted by name.
   returned: when the wheels are there (always outside check mode)
   type: list
   elements: str
 files:
   description:
-    - The names of the files in RV(path), the wheels and C(requirements.lock), sorted. A wheel's
-      name fixes its content (an index never takes a file of the same name twice), so a node that
-      has a file of that name needs no copy of it.
+    - Every wheel of the lock, then C(requirements.lock) itself, which the nodes keep beside the
+      wheels.
   returned: when the wheels are there (always outside check mode)
   type: list
-  elements: str
+  elements: dict
+  contains:
+    file:
+      description: The file's name in RV(path).
+      type: str
+    sha256:
+      description: SHA-256 of the file, as the lock pins it.
+      type: str
+    size:
+      description: Bytes.
+      type: int
 downloaded_bytes:
   description: Bytes of wheels fetched by this run; 0 when the spec was already there.
   returned: always
@@ -139,6 +151,54 @@ def oldest_glibc(versions):
     if not versions or "" in versions:
         return ""
     return min(versions, key=lambda version: tuple(int(part) for part in version.split(".")))
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def with_lock(directory, wheels):
+    """The module's `files`: the wheels, and the lock, which the nodes keep beside them."""
+    path = os.path.join(directory, LOCK)
+    return wheels + [{"file": LOCK, "sha256": sha256_file(path), "size": os.path.getsize(path)}]
+
+
+def describe(directory, files):
+    """The wheels ([{file, sha256, size}]) and the lock's lines for the wheel files of `directory`."""
+    wheels = [{"file": f, "sha256": sha256_file(os.path.join(directory, f)),
+               "size": os.path.getsize(os.path.join(directory, f))} for f in sorted(files)]
+    lock = sorted("%s==%s --hash=sha256:%s" % (*wheel_name_version(w["file"]), w["sha256"]) for w in wheels)
+    return wheels, lock
+
+
+def read_lock(directory):
+    """(wheels, lock) from a complete spec directory, without hashing when the lock has the
+    hashes; None when its lock predates hashes (then the caller hashes the files)."""
+    with open(os.path.join(directory, LOCK)) as handle:
+        lock = sorted(line.strip() for line in handle if line.strip())
+    hashes = {}
+    for line in lock:
+        pin, sep, digest = line.partition(" --hash=sha256:")
+        if not sep:
+            return None
+        hashes[pin] = digest.strip()
+    wheels = []
+    for name in sorted(f for f in os.listdir(directory) if f.endswith(".whl")):
+        pin = "%s==%s" % wheel_name_version(name)
+        if pin not in hashes:
+            return None
+        wheels.append({"file": name, "sha256": hashes[pin], "size": os.path.getsize(os.path.join(directory, name))})
+    return (wheels, lock) if len(wheels) == len(lock) else None
+
+
+def write_lock(directory, lock):
+    with open(os.path.join(directory, LOCK + ".partial"), "w") as handle:
+        handle.write("".join(line + "\n" for line in lock))
+    os.replace(os.path.join(directory, LOCK + ".partial"), os.path.join(directory, LOCK))
 
 
 def spec_key(params, glibc):
@@ -205,9 +265,14 @@ def main():
     path = os.path.join(params["root"], spec_key(params, glibc))
     lock_path = os.path.join(path, LOCK)
     if os.path.exists(lock_path):
-        with open(lock_path) as handle:
-            lock = [line.strip() for line in handle if line.strip()]
-        module.exit_json(changed=False, path=path, lock=lock, files=sorted(os.listdir(path)),
+        found = read_lock(path)
+        upgraded = found is None
+        if upgraded:  # a lock written before the hashes were pinned: pin them now
+            if module.check_mode:
+                module.exit_json(changed=True, path=path, downloaded_bytes=0)
+            found = describe(path, [f for f in os.listdir(path) if f.endswith(".whl")])
+            write_lock(path, found[1])
+        module.exit_json(changed=upgraded, path=path, files=with_lock(path, found[0]), lock=found[1],
                          downloaded_bytes=0)
     if module.check_mode:
         module.exit_json(changed=True, path=path, downloaded_bytes=0)
@@ -236,13 +301,11 @@ def main():
     if conflict:
         shutil.rmtree(partial, ignore_errors=True)
         module.fail_json(msg=conflict)
-    lock = sorted("%s==%s" % wheel_name_version(f) for f in files)
-    with open(os.path.join(partial, LOCK), "w") as handle:
-        handle.write("".join(line + "\n" for line in lock))
-    size = sum(os.path.getsize(os.path.join(partial, f)) for f in files)
+    wheels, lock = describe(partial, files)
+    write_lock(partial, lock)
     os.rename(partial, path)
-    module.exit_json(changed=True, path=path, lock=lock, files=sorted(files + [LOCK]),
-                     downloaded_bytes=size)
+    module.exit_json(changed=True, path=path, files=with_lock(path, wheels), lock=lock,
+                     downloaded_bytes=sum(wheel["size"] for wheel in wheels))
 
 
 if __name__ == "__main__":

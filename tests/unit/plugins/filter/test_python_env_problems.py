@@ -76,3 +76,15 @@ def test_the_conda_engine_names_a_bad_spec_and_its_own_inputs_at_once():
     assert len(problems) == 2
     assert problems[0].startswith("python_env_packages has no torch")
     assert problems[1].startswith("The conda engine needs python_env_conda_file")
+
+
+def test_the_spread_s_seed_port_and_fanout_are_checked():
+    nodes = ["node0", "node1"]
+    assert python_env_problems(spec(wheelhouse_seed="node1", nodes=nodes, spread_port=29610, spread_fanout=2)) == []
+    assert python_env_problems(spec(wheelhouse_seed="nodeX", nodes=nodes)) == [
+        "python_env_wheelhouse_seed is 'nodeX', which is not a node of the cluster (node0, node1): name one "
+        "of them, or leave it unset for the head."]
+    assert python_env_problems(spec(spread_port=70000)) == [
+        "python_env_spread_port is '70000': give a TCP port, 1 to 65535, free on the nodes."]
+    assert python_env_problems(spec(spread_fanout=0)) == [
+        "python_env_spread_fanout is '0': give how many nodes each node serves, 1 or more (2 by default)."]

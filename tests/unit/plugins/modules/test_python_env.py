@@ -1,11 +1,13 @@
 """Pure logic of the Python environment: wheel targets, locks, drift and cross-node differences."""
 
+import hashlib
 import io
 import zipfile
 
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.filter.host_differences import host_differences
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe
 from ansible_collections.torchfleet.cluster.plugins.modules import python_env_sync as sync
 from ansible_collections.torchfleet.cluster.plugins.modules import wheelhouse
 
@@ -91,10 +93,47 @@ def test_wheel_file_names_give_canonical_names_and_versions():
     assert wheelhouse.wheel_name_version("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl") == ("torch", "2.13.0+cpu")
 
 
-def test_parse_lock_rejects_a_line_without_a_version():
-    assert sync.parse_lock(["Numpy==2.4.6", "torch==2.13.0+cpu"]) == {"numpy": "2.4.6", "torch": "2.13.0+cpu"}
+def test_parse_lock_reads_pins_and_hashes_and_rejects_a_line_without_either():
+    a, b = "a" * 64, "0123456789abcdef" * 4
+    assert sync.parse_lock([f"Numpy==2.4.6 --hash=sha256:{a}", f"torch==2.13.0+cpu --hash=sha256:{b}"]) == (
+        {"numpy": "2.4.6", "torch": "2.13.0+cpu"}, {"numpy": a, "torch": b})
     with pytest.raises(ValueError, match="'numpy' is not name==version"):
         sync.parse_lock(["numpy"])
+    # Every node installs with the hashes required: a lock without them is refused, not trusted.
+    with pytest.raises(ValueError, match="has no --hash=sha256:HEX"):
+        sync.parse_lock(["numpy==2.4.6"])
+
+
+def test_wheelhouse_lock_pins_each_wheel_by_sha256_and_an_old_lock_is_noticed(tmp_path):
+    (tmp_path / "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"numpy bytes")
+    (tmp_path / "Typing_Extensions-4.16.0-py3-none-any.whl").write_bytes(b"typing bytes")
+    wheels, lock = wheelhouse.describe(str(tmp_path), [p.name for p in tmp_path.iterdir()])
+    numpy = hashlib.sha256(b"numpy bytes").hexdigest()
+    assert lock == [f"numpy==2.4.6 --hash=sha256:{numpy}",
+                    f"typing-extensions==4.16.0 --hash=sha256:{hashlib.sha256(b'typing bytes').hexdigest()}"]
+    assert wheels[1] == {"file": "numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl", "sha256": numpy, "size": 11}
+    assert sync.parse_lock(lock)[0] == {"numpy": "2.4.6", "typing-extensions": "4.16.0"}
+    wheelhouse.write_lock(str(tmp_path), lock)
+    assert wheelhouse.read_lock(str(tmp_path)) == (wheels, lock)
+    # A lock an earlier torchfleet wrote, without hashes: read_lock says so, the module hashes.
+    (tmp_path / wheelhouse.LOCK).write_text("numpy==2.4.6\ntyping-extensions==4.16.0\n")
+    assert wheelhouse.read_lock(str(tmp_path)) is None
+
+
+def test_a_node_environment_is_read_from_its_metadata_and_its_drift_named(tmp_path):
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    for name, version in (("numpy", "2.4.6"), ("Typing_Extensions", "4.16.0"), ("requests", "2.32.0")):
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    python = str(tmp_path / "env" / "bin" / "python")
+    wanted = {"numpy": "2.4.6", "typing-extensions": "4.16.0", "sympy": "1.14.0"}
+    assert _node_probe.environment_drift(python, wanted) == [
+        "sympy is missing (spec: 1.14.0)", "requests 2.32.0 is installed but not in the spec"]
+    assert _node_probe.probe({"packages": {"python": python, "expect": {**wanted, "requests": "2.32.0"}}}) == {
+        "drift": ["sympy is missing (spec: 1.14.0)"]}
+    assert _node_probe.environment_drift(str(tmp_path / "none" / "bin" / "python"), wanted) == [
+        f"{tmp_path / 'none'} has no lib/python3*/site-packages"]
 
 
 def test_differences_name_missing_changed_and_extra_packages():
