@@ -42,13 +42,14 @@ def sh(argv, check=False, **kwargs):
 
 
 def bake_image():
-    """The node image plus the Open MPI packages setup would install, and python3-apt, which
+    """The node image plus the Open MPI and venv packages setup would install, and python3-apt, which
     Ansible's apt module needs and would otherwise fetch on every node (apt-get update, a download,
     an install); host keys removed so every node still makes its own on first start. Baked again
     when older than APT_FRESH: the openmpi role's apt task runs apt-get update on every node once
     its package lists are a day old."""
-    packages = yaml.safe_load((REPO / "roles/openmpi/defaults/main.yml").read_text())["openmpi_packages"]
-    packages = [*packages, "python3-apt"]
+    openmpi = yaml.safe_load((REPO / "roles/openmpi/vars/Debian.yml").read_text())["_openmpi_distribution_packages"]
+    venv = yaml.safe_load((REPO / "roles/python_env/vars/Debian.yml").read_text())["_python_env_venv_packages"]
+    packages = [*openmpi, *venv, "python3-apt"]
     base = localcluster.ensure_image()
     label = f"{base} + {' '.join(packages)}"
     found = sh(["docker", "image", "inspect", "--format",
