@@ -6,7 +6,8 @@ controller to every node, run from a git worktree; and this checkout), in one ru
 cluster of that many nodes (the scale bench's image: Open MPI and python3-venv baked in, so apt
 downloads do not swamp the figures), then a cold `setup.yml` with the default environment
 (PyTorch's CPU build, numpy, the NCCL wheel). The controller's wheelhouse is already filled
-(one PyPI download, before the first size), so the figures are the cluster's alone. Records wall
+(one PyPI download, before the first size; the earlier commit keeps its own, since it cannot
+read a lock with hashes), so the figures are the cluster's alone. Records wall
 time, the bytes the controller sent into the cluster's network (an iptables counter in OUTPUT:
 ssh, Ansible's modules and the wheels; not the traffic between nodes), the bytes each node
 received (eth0), and the ratios of the largest size to the smallest, and after/before.
@@ -34,6 +35,7 @@ from torchfleet import localcluster  # noqa: E402
 
 NAME = "tfspread"
 BEFORE = "24210a9"  # the last commit that copied every wheel to every node
+BEFORE_WHEELHOUSE = Path.home() / ".cache" / "torchfleet" / "wheelhouse-before"
 
 
 def wheelhouse_bytes():
@@ -43,13 +45,29 @@ def wheelhouse_bytes():
     return max(sizes, default=0)
 
 
-def measure(size, checkout, work):
+def prefill_before():
+    """The earlier commit's wheelhouse: the same wheels (hard links), its lock without hashes, so
+    neither side downloads during the figures."""
+    for spec in (Path.home() / ".cache" / "torchfleet" / "wheelhouse").iterdir():
+        lock = spec / "requirements.lock"
+        if not lock.exists():
+            continue
+        target = BEFORE_WHEELHOUSE / spec.name
+        target.mkdir(parents=True, exist_ok=True)
+        for wheel in spec.glob("*.whl"):
+            if not (target / wheel.name).exists():
+                os.link(wheel, target / wheel.name)
+        (target / "requirements.lock").write_text(
+            "".join(line.split(" --hash=")[0] + "\n" for line in lock.read_text().splitlines() if line))
+
+
+def measure(size, checkout, work, extra=()):
     env = dict(os.environ, XDG_STATE_HOME=str(work / "state"), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / "facts"))
     inventory = work / "inventory.yml"
     localcluster.up(name=NAME, nodes=size, inventory=inventory, image=SCALE_IMAGE)
     containers = [f"tf-{NAME}-node{i}" for i in range(size)]
     argv = ["ansible-playbook", "setup.yml", "-i", str(inventory),
-            "-e", f"ssh_trust_key_file={work / 'keys' / 'cluster_ed25519'}"]
+            "-e", f"ssh_trust_key_file={work / 'keys' / 'cluster_ed25519'}", *extra]
     received = localcluster.received_bytes(containers)
     with localcluster.ControllerTraffic(NAME) as traffic:
         started = time.monotonic()
@@ -72,6 +90,7 @@ def main():
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "wheel_spread.json"))
     args = parser.parse_args()
     bake_image()
+    prefill_before()
     worktree = Path(tempfile.mkdtemp(prefix="tfspread-before-"))
     subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.before], cwd=REPO, check=True,
                    capture_output=True)
@@ -81,8 +100,10 @@ def main():
         for size in args.sizes:
             for label, checkout in checkouts.items():
                 localcluster.down(NAME)  # every run starts cold
+                # The earlier commit reads a lock without hashes: it keeps a wheelhouse of its own.
+                extra = ["-e", f"python_env_wheelhouse_root={BEFORE_WHEELHOUSE}"] if label == "before" else []
                 with tempfile.TemporaryDirectory(prefix="tfspread-") as work:
-                    rows[label].append(measure(size, checkout, Path(work)))
+                    rows[label].append(measure(size, checkout, Path(work), extra))
                 print(json.dumps({label: rows[label][-1]}), flush=True)
     finally:
         localcluster.down(NAME)

@@ -129,8 +129,8 @@ def main():
             for leftover in [FETCHING] + [f for f in os.listdir(directory) if f.endswith(PARTIAL)]:
                 try:
                     os.unlink(os.path.join(directory, leftover))
-                except FileNotFoundError:
-                    pass
+                except OSError:
+                    pass  # gone, or not a file of ours: the next fetch says what is wrong with it
     if not module.check_mode and verified != read_verified(directory):
         write_verified(directory, verified)
     module.exit_json(changed=bool(missing) and bool(p["sources"]),

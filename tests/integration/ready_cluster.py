@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from torchfleet import localcluster
+
 REPO = Path(__file__).resolve().parents[2]
 # A name per test session: two sessions side by side (or one beside a CI run on the same Docker)
 # each get their own containers, never the other's, whose key is not theirs.
@@ -61,7 +63,11 @@ class Cluster:
         result = self.torchfleet("cluster", "up", "--slurm", "--name", NAME, "--nodes", "3",
                                  "--inventory", str(self.inventory))
         assert result.returncode == 0, result.stderr
-        rc, output = self.setup()
+        # The first setup, from scratch: what the controller sends into the cluster's network
+        # (the wheels once, ssh, Ansible's modules), for test_setup_cluster to judge.
+        with localcluster.ControllerTraffic(NAME) as traffic:
+            rc, output = self.setup()
+            self.first_setup_sent = traffic.sent()
         assert rc == 0, output[-3000:]
 
     def down(self):
