@@ -4,7 +4,7 @@ The controller sends the wheels once, to one node (the seed). The other nodes fe
 parent in a tree rooted at the seed (spread_tree), each file checked against the lock's sha256,
 so a node that holds the wheels serves them to its children while its own parent still serves
 it: the controller's traffic does not grow with the node count, and the depth of the tree (the
-time) grows with its logarithm. Standard library only.
+time) grows with its logarithm.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ansible.module_utils.urls import open_url
 
 # In the node's wheelhouse directory, beside the wheels.
 VERIFIED = ".torchfleet-verified.json"  # {file: [size, mtime_ns, sha256]}: hashes already checked
@@ -105,7 +107,7 @@ def _download(url: str, dest: str, want: str, timeout: float) -> int:
     """Stream `url` into dest + PARTIAL, check its sha256, then rename it into place. Returns the
     bytes read; raises NotYet on 503, SpreadError on a hash that differs, OSError otherwise."""
     try:
-        response = urllib.request.urlopen(url, timeout=timeout)  # noqa: S310 (http on the cluster network)
+        response = open_url(url, timeout=timeout, validate_certs=False)  # plain http on the cluster network
     except urllib.error.HTTPError as err:
         if err.code == 503:
             raise NotYet(url) from err

@@ -179,8 +179,8 @@ def main():
         env = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
         pip = [params["python"], "-m", "pip"]
         if to_install:
-            install(module, pip, params["wheelhouse"], [f"{pin} --hash=sha256:{hashes[pin.split('==')[0]]}"
-                                                         for pin in to_install], env)
+            lines = [f"{pin} --hash=sha256:{hashes[pin.split('==')[0]]}" for pin in to_install]
+            install(module, pip, params["wheelhouse"], lines, env)
         if to_remove:
             module.run_command(pip + ["uninstall", "--yes", *to_remove], environ_update=env, check_rc=True)
         python_version, packages = installed(module, params["python"])
