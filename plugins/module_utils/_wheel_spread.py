@@ -57,13 +57,14 @@ def write_verified(directory: str, verified: dict) -> None:
     os.replace(path + PARTIAL, path)
 
 
-def check_wheels(directory: str, wheels: list) -> tuple[list, list, dict]:
+def check_wheels(directory: str, wheels: list, known: dict | None = None) -> tuple[list, list, dict]:
     """(missing, corrupt, verified) for `wheels` ([{file, sha256}]) in `directory`. A file is
     hashed again only when its size or mtime changed since its hash was last checked (kept in
     VERIFIED), so an unchanged wheelhouse costs a stat per file, and any write to a wheel (by
     hand, a disk fault, a half copy) makes it checked in full. `missing` holds every file to
-    fetch (absent or corrupt); `corrupt` one sentence per corrupt file."""
-    known = read_verified(directory)
+    fetch (absent or corrupt); `corrupt` one sentence per corrupt file. `known` is the record,
+    when the caller has read it already."""
+    known = read_verified(directory) if known is None else known
     missing, corrupt, verified = [], [], {}
     for wheel in wheels:
         name, want = wheel["file"], wheel["sha256"]

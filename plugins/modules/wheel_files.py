@@ -110,7 +110,8 @@ def main():
             module.exit_json(changed=bool(p["files"]), missing=[w["file"] for w in p["files"]],
                              corrupt=[], fetched_bytes={})
         os.makedirs(directory, mode=0o755)
-    missing, corrupt, verified = check_wheels(directory, p["files"])
+    known = read_verified(directory)
+    missing, corrupt, verified = check_wheels(directory, p["files"], known)
     fetched = {}
     try:
         if missing and p["sources"] and not module.check_mode:
@@ -131,7 +132,7 @@ def main():
                     os.unlink(os.path.join(directory, leftover))
                 except OSError:
                     pass  # gone, or not a file of ours: the next fetch says what is wrong with it
-    if not module.check_mode and verified != read_verified(directory):
+    if not module.check_mode and verified != known:
         write_verified(directory, verified)
     module.exit_json(changed=bool(missing) and bool(p["sources"]),
                      missing=missing, corrupt=corrupt, fetched_bytes=fetched)

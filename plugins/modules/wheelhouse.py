@@ -121,6 +121,7 @@ import sys
 import zipfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torchfleet.cluster.plugins.module_utils._wheel_spread import sha256_file
 
 LOCK = "requirements.lock"
 # Oldest manylinux glibc a wheel may be tagged with (PEP 600); older wheels use 2_17 or below.
@@ -151,14 +152,6 @@ def oldest_glibc(versions):
     if not versions or "" in versions:
         return ""
     return min(versions, key=lambda version: tuple(int(part) for part in version.split(".")))
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def with_lock(directory, wheels):
