@@ -32,6 +32,9 @@ SLURM_PARTITION = "torchfleet"
 LABEL = "org.torchfleet.cluster"
 RECIPE_LABEL = "org.torchfleet.recipe"
 DOMAIN = "torchfleet.test"
+# A directory of the host that every node sees at this path, as a cluster's NFS or Lustre: what
+# must be shared between nodes (a sharded checkpoint) goes there.
+SHARED_MOUNT = "/shared"
 DOCKERD_LOG = Path("/var/log/torchfleet-dockerd.log")
 
 
@@ -330,7 +333,8 @@ def _refuse_foreign_nodes(name: str, pubkey: str) -> None:
                                f"name with --name")
 
 
-def _start_node(name: str, index: int, pubkey: str, image: str, slurm: Path | None = None) -> None:
+def _start_node(name: str, index: int, pubkey: str, image: str, slurm: Path | None = None,
+                shared: Path | None = None) -> None:
     container = f"tf-{name}-node{index}"
     hostname = f"node{index}"
     fqdn = f"{hostname}.{name}.{DOMAIN}"
@@ -349,6 +353,7 @@ def _start_node(name: str, index: int, pubkey: str, image: str, slurm: Path | No
         "--network-alias", hostname, "--network-alias", fqdn,
         "--cap-add", "NET_ADMIN", "--env", f"TORCHFLEET_AUTHORIZED_KEY={pubkey}",
         *(["--volume", f"{slurm}:/etc/torchfleet-slurm:ro"] if slurm else []),
+        *(["--volume", f"{shared}:{SHARED_MOUNT}"] if shared else []),
         image,
     )
 
@@ -424,8 +429,11 @@ def up(name: str = "local", nodes: int = 3, inventory: Path | None = None, image
     for extra in set(_containers(name)) - set(wanted):
         docker("rm", "-f", extra)
     slurm_dir, restart = _write_slurm_config(name, nodes, state) if slurm else (None, False)
+    shared = state / "shared"
+    shared.mkdir(exist_ok=True)
+    shared.chmod(0o1777)  # any account of the nodes writes there, as in /tmp
     for index in range(nodes):
-        _start_node(name, index, pubkey, image, slurm_dir)
+        _start_node(name, index, pubkey, image, slurm_dir, shared)
     if restart:  # the nodes copy slurm.conf as they start; the node count changed it
         docker("restart", *wanted)
     facts = [_node_facts(name, container) for container in wanted]

@@ -227,12 +227,16 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
         port=_as_int(extra.get("master_port", 29500), "master_port"),
         python=head_facts.get("python_env_python", "python3"),
         torchrun=head_facts.get("python_env_torchrun", "torchrun"),
-        launcher=head_facts.get("openmpi_mpirun"),
+        # The full paths setup recorded, as the launch role passes them; mpich mode's flavour from
+        # -e mpich_launcher, else from what setup read of mpiexec.
+        launcher=head_facts.get("mpich_mpiexec" if mode == "mpich" else "openmpi_mpirun"),
+        mpich_launcher=(str(extra.get("mpich_launcher") or head_facts.get("mpich_found_launcher") or "")
+                        or None) if mode == "mpich" else None,
         log_dir=ranks, node_log_dir=workers,
         env_pass=tuple(env_pass), env_secrets=tuple(_as_list(extra.get("env_secrets"), "env_secrets")),
         env_set={str(k): str(v) for k, v in env_set.items()},
         mpirun_extra_args=tuple(_as_list(extra.get("mpirun_extra_args"), "mpirun_extra_args")),
-        allow_run_as_root=user == "root", tree_spawn=as_bool(extra.get("tree_spawn", False)),
+        allow_run_as_root=user == "root" and mode != "mpich", tree_spawn=as_bool(extra.get("tree_spawn", False)),
         # Unset, the renderer's default, which is the role's.
         silent_node_timeout=_as_int(extra.get("launch_silent_node_timeout", lp.Plan.silent_node_timeout),
                                     "launch_silent_node_timeout"),

@@ -27,7 +27,7 @@ options:
         env_secrets, mpirun_extra_args), nproc_per_node, nodes (each node's hostvars, in the
         group's order, read once, as each read of hostvars costs the controller time per node),
         master_port, log_dir, group, group_hosts, play_hosts, mode, head, head_torchrun, and
-        (optional) scheduler, tree_spawn, slurm (partition, account, time_limit, gpus_per_node) and
+        (optional) head_mpiexec (the mpiexec setup recorded on the head), mpich_launcher, scheduler, tree_spawn, slurm (partition, account, time_limit, gpus_per_node) and
         reserved_action (what -e action= gave; refused, as Ansible reserves the name).
     type: dict
     required: true
@@ -116,6 +116,11 @@ def _shape_problem(request: dict) -> str | None:
     return None
 
 
+def _by_pals(request: dict) -> bool:
+    """Cray PALS starts the nodes' processes itself: Ansible copies the files, not the module."""
+    return request["mode"] == "mpich" and request.get("mpich_launcher") == "pals"
+
+
 def _start_problems(request: dict) -> list[str]:
     lists = request["lists"]
     problems = []
@@ -127,7 +132,7 @@ def _start_problems(request: dict) -> list[str]:
     missing = [] if shared else [path for path in lists["files"] if not os.path.isfile(path)]
     if missing:
         problems.append(f"These files are not on the controller: {', '.join(missing)}.")
-    elif not shared and request["mode"] != "mpich" and os.path.isfile(request["script"]):
+    elif not shared and not _by_pals(request) and os.path.isfile(request["script"]):
         problems += _size_problems([request["script"], *lists["files"]])
     problems += _nproc_problems(request)
     port = str(request["master_port"])
@@ -178,7 +183,7 @@ def _scheduler_problems(request: dict) -> list[str]:
     problems = []
     if request["mode"] == "mpich":
         problems.append("scheduler=slurm runs Open MPI's mpirun inside the allocation; launch_mode=mpich "
-                        "(Cray PALS mpiexec) cannot run under it: use launch_mode=torchrun or rank.")
+                        "(MPICH's mpiexec) cannot run under it: use launch_mode=torchrun or rank.")
     if str(request.get("tree_spawn")).lower() in ("true", "yes", "1"):
         problems.append("scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn cannot apply; remove it.")
     try:
@@ -221,7 +226,20 @@ def launch_problems(request: dict) -> list[str]:
                         f"{request['head']} (python_env_engine=none uses the node's own Python): use -e "
                         f"launch_mode=rank, or set up an environment with PyTorch (python_env_engine=venv "
                         f"or conda).")
+    elif request["action"] == "start" and request["mode"] == "mpich":
+        problems += _mpich_problems(request)
     return problems
+
+
+def _mpich_problems(request: dict) -> list[str]:
+    if not request.get("head_mpiexec"):
+        return [f"launch_mode=mpich runs MPICH's mpiexec, but setup recorded none on {request['head']}: "
+                f"run `ansible-playbook setup.yml -i INVENTORY -e mpi_implementation=mpich` first (MPICH "
+                f"goes beside Open MPI; each is called by its full path)."]
+    if request.get("mpich_launcher") not in ("hydra", "pals"):
+        return [f"mpich_launcher is '{request.get('mpich_launcher')}': give hydra (MPICH's Hydra, Intel "
+                f"MPI) or pals (HPE Cray PALS), or leave it unset for what setup read from mpiexec."]
+    return []
 
 
 class FilterModule:

@@ -204,7 +204,7 @@ def _versions(raw):
     """{name: version} read now on the node, and a list of what could not be read."""
     found, errors = {}, []
     mpirun = raw.get("mpirun", {})
-    match = re.search(r"Open MPI\)? ([0-9][0-9.a-z]*)", mpirun.get("stdout") or "")
+    match = re.search(r"(?:Open MPI|OpenRTE)\)? ([0-9][0-9.a-z]*)", mpirun.get("stdout") or "")
     if mpirun.get("rc") == 0 and match:
         found["Open MPI"] = match.group(1)
     else:

@@ -53,9 +53,13 @@ Modes:
 - ``rank``: Open MPI starts one rank per slot (``--map-by slot``); the wrapper maps
   ``OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE,LOCAL_SIZE}`` to ``RANK, LOCAL_RANK, WORLD_SIZE,
   LOCAL_WORLD_SIZE`` and ``exec``s ``python SCRIPT``; ``MASTER_ADDR/PORT`` come via ``-x``.
-- ``mpich``: HPE Cray PALS ``mpiexec -n NNODES --ppn 1 --cpu-bind none --hostfile F`` starts one
-  ``torchrun`` per node, node rank from ``PMI_RANK`` (``PALS_RANKID`` as fallback). MPICH's
-  Hydra spells binding differently (``-bind-to``), so this mode targets PALS.
+- ``mpich``: MPICH's ``mpiexec`` starts one ``torchrun`` per node, node rank from ``PMI_RANK``
+  (``PALS_RANKID`` as fallback). Which ``mpiexec`` it is, ``mpich_launcher``, picks the flavour:
+  ``hydra`` (MPICH's own launcher, also Intel MPI's): ``mpiexec -launcher ssh -n NNODES -ppn 1
+  -f F -bind-to none -genvall [-iface IF] -prepend-rank``; the head reaches every node over
+  ssh, as Open MPI's mpirun does. ``pals`` (HPE Cray PALS): ``mpiexec -n NNODES --ppn 1
+  --cpu-bind none --hostfile F --envall``; PALS starts the nodes' processes itself. There is no
+  default: setup reads the flavour from ``mpiexec --version``, and a plan without one is refused.
 
 Open MPI modes add ``--mca plm_rsh_no_tree_spawn 1``: by default only the head holds the
 cluster's private SSH key, so only the head may start the remote daemons (Open MPI's tree spawn
@@ -78,14 +82,19 @@ Node logs: with ``node_log_dir`` (torchrun and mpich modes) every node's torchru
 ``DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/``, and the output still reaches the launcher.
 
 Environment: Open MPI gets ``-x NAME`` for every name (values travel in mpirun's own
-environment, never on the command line). In ``mpich`` mode ``--envall`` is passed instead:
-PALS and Hydra forward the launcher's whole environment, and their list forms
+environment, never on the command line). In ``mpich`` mode ``--envall`` (PALS) or ``-genvall``
+(Hydra) is passed instead: both forward the launcher's whole environment, and their list forms
 (``--envlist``/``-genvlist``) replace that default, which would drop ``PATH`` and the like on the
 nodes. Either way, secret values never appear in ``argv``, ``env`` or ``command``.
 
+Hydra's ``-iface`` (the interface its proxies and PMI use) is one name for every node: it is
+given when the nodes' cluster interfaces share a name; with mixed names Hydra finds the head by
+its host name. ``-prepend-rank`` puts ``[N] `` (the node's MPI rank) before every line, as Open
+MPI's ``--tag-output`` does, so the run's output can be followed per rank.
+
 Hostfile: one line per node, address not name, head first, then the others in plan order.
 Open MPI modes write ``ADDRESS slots=N``; ``mpich`` mode writes the bare address, the form PALS
-reads (``--ppn 1`` sets the per-node count).
+and Hydra read (``--ppn 1``/``-ppn 1`` sets the per-node count).
 
 ``mpirun_extra_args`` may add options but not override what torchfleet controls: process
 counts and mapping, hosts and hostfile, binding, output files, root, the environment (``-x`` and
@@ -104,6 +113,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 MODES = ("torchrun", "rank", "mpich")
+MPICH_LAUNCHERS = ("hydra", "pals")
 SHELL = "/bin/sh"
 SHELL_NAME = "torchfleet"  # $0 of the remote sh: names it in its own error messages
 INHERITED = "<inherited>"
@@ -132,6 +142,7 @@ def _both_dashes(*names: str) -> set[str]:
 _OWNED_OPTIONS = {"-n", "-c", "-N", "-H", "-f"} | _both_dashes(
     "np", "n", "npernode", "ppn", "ppr", "hostfile", "machinefile", "default-hostfile", "host",
     "hosts", "map-by", "rank-by", "bind-to", "cpu-bind", "output-filename", "allow-run-as-root",
+    "launcher", "iface", "prepend-rank", "outfile-pattern", "errfile-pattern",
 )
 # Environment options: values on a command line show in `ps` and in logs.
 _ENV_OPTIONS = {"-x"} | _both_dashes(
@@ -184,6 +195,7 @@ class Plan:
     allow_run_as_root: bool = False  # Open MPI refuses root without it
     ssh_control_path: str | None = None  # Open MPI: ssh masters the caller opened to the nodes
     silent_node_timeout: int = 120  # Open MPI: seconds until a node off the network ends the run; 0: Open MPI's
+    mpich_launcher: str | None = None  # mpich mode: which mpiexec, one of MPICH_LAUNCHERS
 
 
 @dataclass(frozen=True)
@@ -462,6 +474,13 @@ def validate(plan: Plan) -> None:
         if plan.mode == "rank":
             raise PlanError("node_log_dir (torchrun's worker logs) applies to torchrun and mpich "
                             "modes; in rank mode use log_dir for per-rank logs")
+    if plan.mode == "mpich" and plan.mpich_launcher not in MPICH_LAUNCHERS:
+        raise PlanError(f"mpich mode needs to know which mpiexec it runs, got mpich_launcher="
+                        f"{plan.mpich_launcher!r}; setup with mpi_implementation=mpich reads it from "
+                        f"mpiexec --version, or set it: hydra (MPICH's Hydra, Intel MPI) or pals "
+                        f"(HPE Cray PALS)")
+    if plan.mpich_launcher is not None and plan.mode != "mpich":
+        raise PlanError(f"mpich_launcher applies to mpich mode only; leave it unset in {plan.mode} mode")
     if plan.allow_run_as_root and plan.mode == "mpich":
         raise PlanError("allow_run_as_root is an Open MPI option; leave it unset in mpich mode")
     if plan.tree_spawn and plan.mode == "mpich":
@@ -606,7 +625,14 @@ def render(plan: Plan) -> Rendered:
     script = _script(plan, nnodes, nproc, head, mixed_ifaces)
     tail = [SHELL, "-c", script, SHELL_NAME, *plan.script_args]
 
-    if plan.mode == "mpich":
+    if plan.mode == "mpich" and plan.mpich_launcher == "hydra":
+        hostfile = "".join(f"{node.address}\n" for node in order)
+        argv = [plan.launcher or "mpiexec", "-launcher", "ssh", "-n", str(nnodes), "-ppn", "1",
+                "-f", plan.hostfile_path, "-bind-to", "none", "-genvall"]
+        if len(ifaces) == 1:
+            argv += ["-iface", ifaces[0]]
+        argv += ["-prepend-rank", *plan.mpirun_extra_args, *tail]
+    elif plan.mode == "mpich":
         hostfile = "".join(f"{node.address}\n" for node in order)
         argv = [plan.launcher or "mpiexec", "-n", str(nnodes), "--ppn", "1", "--cpu-bind", "none",
                 "--hostfile", plan.hostfile_path, "--envall", *plan.mpirun_extra_args, *tail]

@@ -97,12 +97,15 @@ def newest_run(log_dir: str) -> str | None:
 # in torchrun mode, the rank itself in rank mode), in launcher.log and in its per-rank files;
 # torchrun's --tee: "[defaultLOCAL_RANK]:".
 _MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>: ?")
+# MPICH Hydra's -prepend-rank: "[RANK] " (the node's torchrun in mpich mode).
+_HYDRA_TAG = re.compile(r"^\[(\d+)\] ")
 _WORKER_TAG = re.compile(r"^\[[A-Za-z_]\w*?(\d+)\]:")
 
 
 def untagged(lines: list[str]) -> list[str]:
-    """The lines without Open MPI's tag."""
-    return [_MPI_TAG.sub("", line) for line in lines]
+    """The lines without Open MPI's tag, or else Hydra's."""
+    return [_MPI_TAG.sub("", line) if _MPI_TAG.match(line) else _HYDRA_TAG.sub("", line)
+            for line in lines]
 
 
 def slot_owner(rank: int, slots) -> int | None:
@@ -119,11 +122,11 @@ def slot_owner(rank: int, slots) -> int | None:
 def labelled(line: str, record: dict) -> tuple[int | None, str | None, str]:
     """(global rank or None, node name or None, the line without launcher tags) for a line of
     launcher.log. A line with no rank is the launcher's own (torchrun, mpirun)."""
-    tag = _MPI_TAG.match(line)
+    nodes, mode = record.get("nodes") or [], record.get("mode")
+    tag = (_HYDRA_TAG if mode == "mpich" else _MPI_TAG).match(line)
     if not tag:
         return None, None, line
     process, text = int(tag.group(1)), line[tag.end():]
-    nodes, mode = record.get("nodes") or [], record.get("mode")
     if mode == "rank":
         index = slot_owner(process, record.get("slots") or [])
         return process, nodes[index] if index is not None else None, text

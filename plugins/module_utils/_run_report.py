@@ -119,6 +119,28 @@ def parse_lost_daemon(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+# MPICH Hydra, a process (a node's torchrun in mpich mode) that ended badly; the node as the
+# hostfile gave it, and the status, which for a signal is the signal's number:
+#   =   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+#   =   PID 3103 RUNNING AT 172.19.0.3
+#   =   EXIT CODE: 9
+#   ...
+#   YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)
+_HYDRA_BAD = re.compile(r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\s*\n=\s*PID \d+ RUNNING AT "
+                        r"(\S+)\s*\n=\s*EXIT CODE: (\d+)")
+_HYDRA_SIGNAL = re.compile(r"EXIT STRING: .*\(signal (\d+)\)")
+
+
+def parse_hydra_failure(text: str) -> dict | None:
+    """The node and status of the first process Hydra names; a signal N becomes 128+N."""
+    match = _HYDRA_BAD.search(text)
+    if not match:
+        return None
+    killed = _HYDRA_SIGNAL.search(text, match.end())
+    code = 128 + int(killed.group(1)) if killed else int(match.group(2))
+    return {"host": match.group(1), "exit_code": code}
+
+
 def node_named(host: str, order) -> str:
     """The inventory name of a node Open MPI names by its hostfile address; else `host`."""
     return next((node.name for node in order if host in (node.address, node.name)), host)
@@ -207,6 +229,12 @@ def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dic
             host = order[failure["rank"] // nproc].name
         pattern = f"{paths['workers']}/*/attempt_*/{failure['local_rank']}/stderr.log"
     else:
+        hydra = parse_hydra_failure(text) if mode == "mpich" else None
+        if hydra:
+            # Hydra names the node, not the rank: its torchrun ended without a worker's summary.
+            return {"failed_rank": None, "failed_host": node_named(hydra["host"], order),
+                    "failed_exit_code": hydra["exit_code"], "failed_log": paths["launcher"],
+                    "failed_log_tail": _run_record.untagged(tail(text))}
         failure = parse_mpirun_failure(text)
         if not failure:
             # No process failed as far as Open MPI knows, but a whole node may be gone: that node

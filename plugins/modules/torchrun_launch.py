@@ -85,10 +85,29 @@ options:
     description:
       - V(torchrun) starts one C(torchrun) per node with Open MPI; V(rank) starts one Open MPI
         rank per slot running O(python) O(script); V(mpich) starts one C(torchrun) per node with
-        HPE Cray PALS C(mpiexec).
+        MPICH's C(mpiexec), the flavour O(mpich_launcher) names.
+      - With V(mpich) and MPICH's Hydra the head reaches every node over ssh, as with Open MPI,
+        and the run has the same checks, records, stop, timeout and clean-up. What Hydra cannot
+        do, and so V(mpich) mode does not do - C(log_dir) (Hydra's C(-outfile-pattern) replaces the
+        output instead of copying it, so the per-node torchrun logs under C(workers) are the logs),
+        the keepalive of O(silent_node_timeout) (a node gone silent ends the run only at
+        O(launch_timeout)), O(tree_spawn), O(scheduler=slurm), the ssh connections the probe opened
+        (Hydra takes no ssh options). A process killed by a signal N is reported as 128+N from
+        torchrun's summary or Hydra's C(EXIT STRING); C(mpiexec)'s own exit status is N.
     type: str
     choices: [torchrun, rank, mpich]
     default: torchrun
+  mpich_launcher:
+    description:
+      - With O(mode=mpich), which C(mpiexec) O(launcher) is. V(hydra) is MPICH's Hydra (also Intel
+        MPI's), started with C(-launcher ssh -ppn 1 -f HOSTFILE -bind-to none -genvall -iface IF
+        -prepend-rank). V(pals) is HPE Cray PALS, started with C(--ppn 1 --cpu-bind none --hostfile
+        HOSTFILE --envall); PALS starts the nodes' processes itself, so the module checks and
+        cleans up only the head (set O(check_nodes=false)) and Ansible does it on the other nodes.
+      - There is no default; the launch role passes what setup read from C(mpiexec --version)
+        (fact C(mpich_found_launcher)), and O(mode=mpich) without it is refused.
+    type: str
+    choices: [hydra, pals]
   master_port:
     description: Rendezvous port on the head node (E(MASTER_PORT) in rank mode).
     type: int
@@ -109,6 +128,8 @@ options:
   launcher:
     description:
       - Path of C(mpirun) or C(mpiexec) on the head; default V(mpirun), V(mpiexec) in mpich mode.
+        Give the full path (setup records C(mpirun.openmpi) and C(mpiexec.hydra)) where Open MPI
+        and MPICH share a node, as the plain names are alternatives either may hold.
     type: str
   network:
     description: The cluster network as a CIDR; Open MPI then uses it for its own traffic.
@@ -712,7 +733,7 @@ def build(module, run_id, run_dir, control_dir=None):
         env_set=env_set, mpirun_extra_args=tuple(p["mpirun_extra_args"]),
         allow_run_as_root=p["allow_run_as_root"], tree_spawn=p["tree_spawn"],
         ssh_control_path=f"{control_dir}/%C" if control_dir else None,
-        silent_node_timeout=p["silent_node_timeout"],
+        silent_node_timeout=p["silent_node_timeout"], mpich_launcher=p["mpich_launcher"],
     )
     try:
         rendered = render(plan)
@@ -937,7 +958,7 @@ def slurm_job(module, plan, run_dir, paths):
     p = module.params
     if p["mode"] == "mpich":
         module.fail_json(msg="scheduler=slurm runs Open MPI's mpirun inside the allocation; mode=mpich "
-                             "(Cray PALS mpiexec) cannot run under it: use mode=torchrun or rank, or "
+                             "(MPICH's mpiexec) cannot run under it: use mode=torchrun or rank, or "
                              "launch without the scheduler", run_id=plan.run_id)
     if p["tree_spawn"]:
         module.fail_json(msg="scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn (daemons "
@@ -1102,6 +1123,7 @@ ARGUMENT_SPEC = {
     "script_args": {"type": "list", "elements": "str", "default": []},
     "run_id": {"type": "str"},
     "mode": {"type": "str", "default": "torchrun", "choices": ["torchrun", "rank", "mpich"]},
+    "mpich_launcher": {"type": "str", "choices": ["hydra", "pals"]},
     "master_port": {"type": "int", "default": 29500},
     "nproc_per_node": {"type": "int"},
     "python": {"type": "str", "default": "python3"},

@@ -165,7 +165,7 @@ CASES = [
                  [f"the head {HEAD} has no sbatch and scontrol", "install Slurm's client commands there"],
                  id="slurm-no-sbatch-on-the-head"),
     pytest.param(slurm_launch("-e", "launch_mode=mpich"),
-                 ["launch_mode=mpich (Cray PALS mpiexec) cannot run under it", "use launch_mode=torchrun or rank"],
+                 ["launch_mode=mpich (MPICH's mpiexec) cannot run under it", "use launch_mode=torchrun or rank"],
                  id="slurm-with-mpich-mode"),
     pytest.param(slurm_launch("-e", "tree_spawn=true"),
                  ["Slurm starts mpirun's daemons, so tree_spawn cannot apply"], id="slurm-with-tree-spawn"),

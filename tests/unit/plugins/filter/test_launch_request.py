@@ -122,7 +122,11 @@ def test_files_over_the_limit_are_refused_with_the_largest_named(request_, tmp_p
     assert launch_problems(request_) == []
 
 
-@pytest.mark.parametrize("change", [{"shared_storage": True}, {"mode": "mpich"}])
+PALS = {"mode": "mpich", "mpich_launcher": "pals", "head_mpiexec": "/opt/cray/pals/1.2/bin/mpiexec"}
+HYDRA = {"mode": "mpich", "mpich_launcher": "hydra", "head_mpiexec": "/usr/bin/mpiexec.hydra"}
+
+
+@pytest.mark.parametrize("change", [{"shared_storage": True}, PALS])
 def test_the_size_limit_holds_only_where_the_module_carries_the_files(request_, tmp_path, change):
     (tmp_path / "big.bin").write_bytes(b"\0" * (17 * 2**20))
     request_["lists"]["files"] = ["big.bin"]
@@ -138,3 +142,24 @@ def test_the_reserved_name_action_is_refused_alone(request_, given, said):
     request_["reserved_action"] = given
     request_["script"] = "/nonexistent.py"
     assert launch_problems(request_) == [said]
+
+
+def test_hydra_carries_the_files_as_open_mpi_does(request_, tmp_path):
+    (tmp_path / "big.bin").write_bytes(b"\0" * (17 * 2**20))
+    request_["lists"]["files"] = ["big.bin"]
+    request_.update(HYDRA)
+    assert "over the 16 MiB" in launch_problems(request_)[0]
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"mode": "mpich"}, "launch_mode=mpich runs MPICH's mpiexec, but setup recorded none on node0: run "
+                        "`ansible-playbook setup.yml -i INVENTORY -e mpi_implementation=mpich` first"),
+    ({**HYDRA, "mpich_launcher": ""}, "mpich_launcher is '': give hydra (MPICH's Hydra, Intel MPI) or pals"),
+    ({**HYDRA, "mpich_launcher": "intel"}, "mpich_launcher is 'intel': give hydra"),
+])
+def test_mpich_mode_needs_what_setup_records(request_, change, said):
+    request_.update(change)
+    problems = launch_problems(request_)
+    assert len(problems) == 1 and problems[0].startswith(said), problems
+    request_.update(HYDRA)
+    assert launch_problems(request_) == []

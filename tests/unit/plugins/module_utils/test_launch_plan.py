@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -51,6 +52,8 @@ def node(i: int, slots: int = 2, interface: str | None = "eth0") -> Node:
 def make_plan(**overrides) -> Plan:
     fields = dict(nodes=(node(1), node(2), node(3)), head="node1", script="/opt/tf/train.py",
                   run_id="run-1", hostfile_path=HOSTFILE)
+    if overrides.get("mode") == "mpich":  # the PALS flavour unless a test names one
+        fields["mpich_launcher"] = "pals"
     fields.update(overrides)
     return Plan(**fields)
 
@@ -166,6 +169,41 @@ def test_mpich_mode_exact_argv():
     ]
     assert rendered.hostfile == "172.18.0.2\n172.18.0.3\n172.18.0.4\n"
     assert "-x" not in rendered.argv
+
+
+def test_hydra_flavour_exact_argv():
+    rendered = render(make_plan(mode="mpich", mpich_launcher="hydra", torchrun="/opt/env/bin/torchrun",
+                                launcher="/usr/bin/mpiexec.hydra", env_secrets=("TOKEN",)))
+    assert rendered.argv == [
+        "/usr/bin/mpiexec.hydra", "-launcher", "ssh", "-n", "3", "-ppn", "1", "-f", HOSTFILE,
+        "-bind-to", "none", "-genvall", "-iface", "eth0", "-prepend-rank", "/bin/sh", "-c",
+        'exec /opt/env/bin/torchrun --nnodes=3'
+        ' --node-rank="${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}" --nproc-per-node=2'
+        ' --rdzv-backend=static --rdzv-endpoint=172.18.0.2:29500 --rdzv-id=run-1'
+        ' /opt/tf/train.py "$@"',
+        "torchfleet",
+    ]
+    assert rendered.hostfile == "172.18.0.2\n172.18.0.3\n172.18.0.4\n"
+    assert "TOKEN" not in rendered.command and rendered.display_env["TOKEN"] == lp.REDACTED
+
+
+def test_hydra_takes_no_iface_when_the_nodes_name_theirs_differently():
+    nodes = (Node("node1", "172.18.0.2", 2, "eth0"), Node("node2", "172.18.0.3", 2, "ens5"))
+    rendered = render(make_plan(mode="mpich", mpich_launcher="hydra", nodes=nodes))
+    assert "-iface" not in rendered.argv
+    assert rendered.per_node_env["node2"] == {"GLOO_SOCKET_IFNAME": "ens5"}
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (dict(mode="mpich", mpich_launcher=None), "mpich mode needs to know which mpiexec it runs"),
+    (dict(mode="mpich", mpich_launcher="intel"), "got mpich_launcher='intel'"),
+    (dict(mpich_launcher="hydra"), "mpich_launcher applies to mpich mode only"),
+    (dict(mode="mpich", mpich_launcher="hydra", mpirun_extra_args=("-iface", "eth1")), "'-iface' overrides"),
+    (dict(mode="mpich", mpich_launcher="hydra", mpirun_extra_args=("-launcher", "fork")), "'-launcher' overrides"),
+])
+def test_the_mpich_flavour_is_never_guessed(overrides, expected):
+    with pytest.raises(PlanError, match=re.escape(expected)):
+        render(make_plan(**overrides))
 
 
 def test_launcher_path_is_used():
@@ -690,6 +728,15 @@ GOLDEN_PLANS = {
         hostfile_path="/glade/work/u/.torchfleet/pals-1/hosts",
         torchrun="/glade/work/u/env/bin/torchrun", launcher="/opt/cray/pals/1.2/bin/mpiexec",
         env_pass=("LD_LIBRARY_PATH",), node_log_dir="/glade/work/u/.torchfleet/pals-1/workers",
+        mpich_launcher="pals",
+    ),
+    "mpich_hydra_three_nodes": Plan(
+        nodes=(Node("n0", "10.1.0.10", 2, "ib0"), Node("n1", "10.1.0.11", 2, "ib0"),
+               Node("n2", "10.1.0.12", 2, "ib0")),
+        head="n0", mode="mpich", mpich_launcher="hydra", script="/home/u/train.py",
+        script_args=("--epochs", "2"), run_id="hydra-1", hostfile_path="/home/u/runs/hydra-1/hostfile",
+        torchrun="/opt/torchfleet/envs/torchfleet/bin/torchrun", launcher="/usr/bin/mpiexec.hydra",
+        env_secrets=("WANDB_API_KEY",), node_log_dir="/home/u/runs/hydra-1/workers",
     ),
 }
 

@@ -42,6 +42,14 @@ def test_labelled_torchrun_mode(line, expected):
     assert rr.labelled(line, TORCHRUN) == expected
 
 
+def test_labelled_hydra_tags_name_the_node_and_torchrun_the_worker():
+    hydra = dict(TORCHRUN, mode="mpich")
+    assert rr.labelled("[1] [default1]:epoch 1", hydra) == (3, "n1", "epoch 1")
+    assert rr.labelled("[2] W1123 torchrun says", hydra) == (None, "n2", "W1123 torchrun says")
+    assert rr.labelled("[mpiexec@node0] main: error", hydra) == (None, None, "[mpiexec@node0] main: error")
+    assert rr.untagged(["[0] [default0]:zero", "[1,0]<stdout>:[3] kept"]) == ["[default0]:zero", "[3] kept"]
+
+
 def test_labelled_rank_mode_maps_ranks_to_nodes_by_slots():
     assert rr.labelled("[1,0]<stdout>:a", RANK) == (0, "n0", "a")
     assert rr.labelled("[1,1]<stdout>:b", RANK) == (1, "n0", "b")

@@ -77,7 +77,7 @@ def test_a_good_slurm_request_has_no_problem():
 @pytest.mark.parametrize("changes, words", [
     ({"scheduler": "pbs"}, "torchfleet render --format pbs"),
     ({"scheduler": "lsf"}, "give none (mpirun over ssh) or slurm"),
-    ({"mode": "mpich"}, "launch_mode=mpich (Cray PALS mpiexec) cannot run under it"),
+    ({"mode": "mpich"}, "launch_mode=mpich (MPICH's mpiexec) cannot run under it"),
     ({"tree_spawn": "true"}, "tree_spawn cannot apply"),
     ({"slurm": {"time_limit": "1h"}}, "slurm_time_limit '1h' is not a Slurm time limit"),
     ({"slurm": {"partition": "a b"}}, "slurm_partition 'a b' is not a Slurm name"),

@@ -141,6 +141,23 @@ def test_open_mpi_names_the_torchrun_process_in_torchrun_mode():
         "rank": 0, "host": None, "exit_code": 1}
 
 
+def test_hydra_names_the_node_and_a_signal_as_128_plus_n():
+    # Hydra's EXIT CODE for a signal is the signal's number; its EXIT STRING says it was one.
+    assert report.parse_hydra_failure(captured("hydra_signal15.log")) == {"host": "localhost", "exit_code": 143}
+    # Without the EXIT STRING (mpiexec aborted first), the code is all there is.
+    assert report.parse_hydra_failure(captured("hydra_torchrun_killed.log")) == {
+        "host": "172.18.0.3", "exit_code": 9}
+    assert report.parse_hydra_failure(captured("rank_signal9.log")) is None
+
+
+def test_hydra_failure_is_told_by_the_node_it_names(tmp_path):
+    nodes = [Node("n0", "172.18.0.2", 2, "eth0"), Node("n1", "172.18.0.3", 2, "eth0")]
+    failure = report.describe_failure(captured("hydra_torchrun_killed.log"), nodes, "mpich", _paths(tmp_path))
+    assert (failure["failed_rank"], failure["failed_host"], failure["failed_exit_code"]) == (None, "n1", 9)
+    # Hydra's tag is not Open MPI's: the tail shows the lines as written.
+    assert failure["failed_log_tail"][-1].startswith("[mpiexec@node0] main")
+
+
 def test_success_has_no_failure():
     assert report.parse_mpirun_failure("RANK 0 WORLD_SIZE 2\nRANK 1 WORLD_SIZE 2\n") is None
 
