@@ -204,9 +204,14 @@ def _versions(raw):
     """{name: version} read now on the node, and a list of what could not be read."""
     found, errors = {}, []
     mpirun = raw.get("mpirun", {})
-    match = re.search(r"(?:Open MPI|OpenRTE)\)? ([0-9][0-9.a-z]*)", mpirun.get("stdout") or "")
-    if mpirun.get("rc") == 0 and match:
-        found["Open MPI"] = match.group(1)
+    text = mpirun.get("stdout") or ""
+    # Open MPI's mpirun, or on a cluster set up with MPICH alone its mpiexec (Hydra, PALS).
+    openmpi = re.search(r"(?:Open MPI|OpenRTE)\)? ([0-9][0-9.a-z]*)", text)
+    mpich = re.search(r"[Vv]ersion:?\s+([0-9][0-9.a-z]*)", text)
+    if mpirun.get("rc") == 0 and openmpi:
+        found["Open MPI"] = openmpi.group(1)
+    elif mpirun.get("rc") == 0 and mpich:
+        found["MPICH"] = mpich.group(1)
     else:
         errors.append(f"mpirun --version failed ({_error(mpirun)})")
     env = raw.get("env", {})
@@ -247,11 +252,11 @@ def _version_results(raws, head):
             problems.append("against the lock setup pushed: " + "; ".join(drift))
         if problems:
             out.append(result("versions", host, False, " ".join(problems),
-                              f"run setup.yml again: it puts every node back to the same Open MPI, "
+                              f"run setup.yml again: it puts every node back to the same MPI, "
                               f"Python environment and NCCL (the odd node: {host})"))
         else:
             summary = ", ".join(f"{name} {versions[host][name]}" for name in
-                                ("Open MPI", "Python", "torch", "NCCL", "environment fingerprint")
+                                ("Open MPI", "MPICH", "Python", "torch", "NCCL", "environment fingerprint")
                                 if name in versions[host])
             same = "the same as the head" if host != head else "the reference"
             out.append(result("versions", host, True, f"{summary}: {same}"))

@@ -337,6 +337,12 @@ CASES = [
     pytest.param(setup("-e", '{"python_env_packages": ["torch>=2.0", "numpy"]}'),
                  ["torch must be pinned with ==", "the spec says 'torch>=2.0'", "write for example torch==2.13.0"],
                  id="setup-unpinned-torch"),
+    pytest.param(setup("-e", "mpi_implementation=intelmpi"),
+                 ["value of mpi_implementation must be one of: openmpi, mpich, got: intelmpi"],
+                 id="setup-unknown-mpi"),
+    pytest.param(setup("-e", "mpi_implementation=mpich", "-e", "mpich_source=existing"),
+                 ["mpich_source is 'existing' but mpich_prefix is ''", "set it to the absolute prefix"],
+                 id="setup-mpich-existing-without-prefix"),
     # The torchfleet command's own arguments.
     pytest.param(cli("launch", "-i", "{inventory}"),
                  ["the following arguments are required: SCRIPT"],

@@ -2,7 +2,7 @@
 with another MPICH refused by name); launch_mode=mpich runs examples/train.py through MPICH's Hydra
 over the cluster's ssh, with the Open MPI modes' report, stop and timeout; examples/train_fsdp.py
 trains sharded on six workers, saves a DCP checkpoint on the nodes' shared directory and resumes it
-on another world size through the other launcher.
+on other world sizes through the other launchers (Hydra, then Open MPI's rank mode).
 
 The Open MPI tests that run after this file run with MPICH installed beside it: that is the proof
 that the two live on one node.
@@ -59,7 +59,7 @@ def test_setup_installs_mpich_beside_open_mpi_and_converges(mpich):
         rc, hydra = node_sh(node, "/usr/bin/mpiexec.hydra --version")
         assert rc == 0 and "HYDRA build details" in hydra
         rc, openmpi = node_sh(node, "/usr/bin/mpirun.openmpi --version")
-        assert rc == 0 and "Open MPI" in openmpi
+        assert rc == 0 and re.search(r"\((Open MPI|OpenRTE)\) 4\.", openmpi), openmpi
 
 
 def test_a_node_with_another_mpich_is_refused_by_name(mpich, tmp_path):
@@ -176,4 +176,11 @@ def test_fsdp_trains_sharded_saves_and_resumes_on_another_world_size(mpich):
     assert resumed["world_size"] == 3 and resumed["saved_world_size"] == 6
     assert resumed["resumed_from_epoch"] == 2 and resumed["losses"][:2] == first["losses"]
     assert len(resumed["losses"]) == 4 and resumed["losses"][3] < resumed["losses"][0]
+    # And back to six, one Open MPI rank per worker (rank mode: no torchrun, the ranks' variables).
+    rc, output = mpich.launch(*common, "-e", "launch_mode=rank", "-e", "nproc_per_node=2",
+                              *script_args("--epochs", "5", "--checkpoint-dir", checkpoint, "--resume"))
+    assert rc == 0, output[-3000:]
+    last = result_of(output)
+    assert last["world_size"] == 6 and last["saved_world_size"] == 3 and last["resumed_from_epoch"] == 4
+    assert last["losses"][:4] == resumed["losses"] and len(last["losses"]) == 5
     node_sh(NODES[0], f"rm -rf {checkpoint}")

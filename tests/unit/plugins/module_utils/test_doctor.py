@@ -206,6 +206,21 @@ def test_a_different_open_mpi_and_a_missing_nccl():
     assert "Open MPI 4.1.2 (n0 has 4.1.4)" in reason and "no NCCL wheel (nvidia-nccl-*)" in reason
 
 
+def test_mpich_alone_is_read_from_its_mpiexec_and_compared():
+    hydra = "HYDRA build details:\n    Version:                                 4.0.2\n"
+
+    def mpich(raw):
+        raw["mpirun"] = {"rc": 0, "stdout": hydra}
+
+    def other(raw):
+        raw["mpirun"] = {"rc": 0, "stdout": hydra.replace("4.0.2", "4.1.2")}
+    results = judge(cluster(n0=mpich, n1=mpich, n2=mpich))
+    assert failures(results) == [] and any("MPICH 4.0.2" in entry["reason"] for entry in results)
+    results = judge(cluster(n0=mpich, n1=mpich, n2=other))
+    reason = next(entry["reason"] for entry in results if not entry["ok"])
+    assert "MPICH 4.1.2 (n0 has 4.0.2)" in reason
+
+
 def test_gpus_differ_or_busy():
     def four(raw):
         raw["gpus"] = {"rc": 0, "stdout": "GPU-a\nGPU-b\nGPU-c\nGPU-d\n"}
