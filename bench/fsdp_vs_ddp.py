@@ -36,13 +36,14 @@ def main() -> int:
     args = parser.parse_args()
     times = {"fsdp": [], "ddp": []}
     world_size = None
-    for _ in range(args.rounds):
+    for _round in range(args.rounds):
         for strategy in times:
             script_args = ["--strategy", strategy, "--epochs", str(args.epochs), "--no-checkpoint"]
-            _, result = run_timed(["ansible-playbook", "launch.yml", "-i", args.inventory,
-                                   "-e", "script=examples/train_fsdp.py", "-e", f"launch_mode={args.launch_mode}",
-                                   "-e", f"nproc_per_node={args.nproc_per_node}",
-                                   "-e", json.dumps({"script_args": script_args})])
+            argv = ["ansible-playbook", "launch.yml", "-i", args.inventory,
+                    "-e", "script=examples/train_fsdp.py", "-e", f"launch_mode={args.launch_mode}",
+                    "-e", f"nproc_per_node={args.nproc_per_node}",
+                    "-e", json.dumps({"script_args": script_args})]
+            result = run_timed(argv)[1]
             report = result_line(result.stdout)
             world_size = report["world_size"]
             times[strategy] += report["epoch_times"][1:]

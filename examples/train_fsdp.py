@@ -142,7 +142,7 @@ class TinyLM(nn.Module):
     def __init__(self, vocab, dim, layers, heads, seq_len):
         super().__init__()
         self.tok_emb, self.pos_emb = nn.Embedding(vocab, dim), nn.Embedding(seq_len, dim)
-        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(dim, heads) for _layer in range(layers))
         self.ln_f, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab)
 
     def forward(self, idx):
@@ -156,10 +156,10 @@ class TinyLM(nn.Module):
 def batches(args, table, epoch, rank, device):
     """Yield (input, target) token batches: next token = table[token], or random with prob --noise."""
     g = torch.Generator().manual_seed(args.seed * 1_000_003 + epoch * 10_007 + rank + 1)
-    for _ in range(args.steps_per_epoch):
+    for _step in range(args.steps_per_epoch):
         tok = torch.randint(0, args.vocab, (args.batch_size,), generator=g)
         seq = [tok]
-        for _ in range(args.seq_len):
+        for _position in range(args.seq_len):
             rnd = torch.randint(0, args.vocab, (args.batch_size,), generator=g)
             tok = torch.where(torch.rand(args.batch_size, generator=g) < args.noise, rnd, table[tok])
             seq.append(tok)
@@ -169,21 +169,21 @@ def batches(args, table, epoch, rank, device):
 
 def shared_storage_error(ckpt_dir, rank):
     """Return None if every rank sees a file rank 0 wrote into ckpt_dir, else an error line (same on all ranks)."""
-    token = [None]
+    token = [None]  # rank 0 sends {"name", "value"} of the file it wrote, or {"error"}
     if rank == 0:
         try:
             os.makedirs(ckpt_dir, exist_ok=True)
-            token[0] = (f".torchfleet-shared-{secrets.token_hex(8)}", secrets.token_hex(16))
-            with open(os.path.join(ckpt_dir, token[0][0]), "w") as f:
-                f.write(token[0][1])
+            token[0] = {"name": f".torchfleet-shared-{secrets.token_hex(8)}", "value": secrets.token_hex(16)}
+            with open(os.path.join(ckpt_dir, token[0]["name"]), "w") as f:
+                f.write(token[0]["value"])
         except OSError as exc:
-            token[0] = f"error: cannot write --checkpoint-dir {ckpt_dir}: {exc}"
+            token[0] = {"error": f"error: cannot write --checkpoint-dir {ckpt_dir}: {exc}"}
     dist.broadcast_object_list(token, src=0)
-    if isinstance(token[0], str):
-        return token[0]
-    name, value = token[0]
+    if "error" in token[0]:
+        return token[0]["error"]
+    name, value = token[0]["name"], token[0]["value"]
     seen = False
-    for _ in range(10):  # tolerate a little attribute-cache lag on network filesystems
+    for _attempt in range(10):  # tolerate a little attribute-cache lag on network filesystems
         with contextlib.suppress(OSError), open(os.path.join(ckpt_dir, name)) as f:
             seen = f.read() == value
         if seen:

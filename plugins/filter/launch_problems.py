@@ -27,7 +27,8 @@ options:
         env_secrets, mpirun_extra_args), nproc_per_node, nodes (each node's hostvars, in the
         group's order, read once, as each read of hostvars costs the controller time per node),
         master_port, log_dir, group, group_hosts, play_hosts, mode, head, head_torchrun, and
-        (optional) head_mpiexec (the mpiexec setup recorded on the head), mpich_launcher, scheduler, tree_spawn, slurm (partition, account, time_limit, gpus_per_node) and
+        (optional) head_mpiexec (the mpiexec setup recorded on the head), mpich_launcher,
+        scheduler, tree_spawn, slurm (partition, account, time_limit, gpus_per_node) and
         reserved_action (what -e action= gave; refused, as Ansible reserves the name).
     type: dict
     required: true

@@ -30,7 +30,7 @@ def node_sh(node, script, user=None):
 
 def left_on(node):
     """What of a run still runs on `node`: training, torchrun, Hydra's proxies and launcher."""
-    _, listing = node_sh(node, "pgrep -u torchfleet -a || true")
+    listing = node_sh(node, "pgrep -u torchfleet -a || true")[1]
     return [line for line in listing.splitlines() if LEFT.search(line)]
 
 
@@ -92,13 +92,13 @@ def test_hydra_runs_train_py_on_six_workers(mpich):
     assert rc == 0, output[-3000:]
     result = result_of(output)
     assert result["world_size"] == 6 and result["losses"][1] < result["losses"][0]
-    _, state = node_sh(NODES[0], f"cat {RUNS}/hydra-train/state.json")
+    state = node_sh(NODES[0], f"cat {RUNS}/hydra-train/state.json")[1]
     record = json.loads(state)
     assert record["state"] == "succeeded" and record["mode"] == "mpich"
     # The launcher by its full path, Hydra's ssh launcher, the cluster interface for its proxies.
     assert record["command"].startswith("/usr/bin/mpiexec.hydra -launcher ssh -n 3 -ppn 1 -f ")
     assert "-iface eth0" in record["command"]
-    _, log = node_sh(NODES[0], f"cat {RUNS}/hydra-train/launcher.log")
+    log = node_sh(NODES[0], f"cat {RUNS}/hydra-train/launcher.log")[1]
     hosts = set(re.findall(r"^\[\d\] \[default\d\]:TORCHFLEET_RANK .* host=(node\d) ", log, re.M))
     assert hosts == {"node0", "node1", "node2"}, log[-2000:]
     # Every node keeps its torchrun's per-worker logs.
@@ -133,16 +133,16 @@ def test_hydra_run_detaches_carries_the_environment_and_stops_leaving_nothing(mp
         assert f"TF_HYDRA_SECRET={secret}" in environ and "TF_HYDRA_SET=set-by-name" in environ
         assert "TORCHFLEET_RUN_ID=hydra-stop" in environ
         for node in NODES:
-            _, listing = node_sh(node, "ps -eo args")
+            listing = node_sh(node, "ps -eo args")[1]
             assert secret not in listing, node
-        _, kept = node_sh(NODES[0], f"cat {RUNS}/hydra-stop/state.json {RUNS}/hydra-stop/run.json")
+        kept = node_sh(NODES[0], f"cat {RUNS}/hydra-stop/state.json {RUNS}/hydra-stop/run.json")[1]
         assert secret not in kept
     finally:
         rc, output = mpich.launch("-e", "launch_action=stop", "-e", "run_id=hydra-stop")
     assert rc == 0, output[-3000:]
     for node in NODES:
         assert left_on(node) == [], node
-    _, state = node_sh(NODES[0], f"cat {RUNS}/hydra-stop/state.json")
+    state = node_sh(NODES[0], f"cat {RUNS}/hydra-stop/state.json")[1]
     assert json.loads(state)["state"] == "stopped"
 
 
@@ -166,7 +166,7 @@ def test_fsdp_trains_sharded_saves_and_resumes_on_another_world_size(mpich):
     assert first["world_size"] == 6 and first["strategy"] == "fsdp"
     assert first["losses"][1] < first["losses"][0] and first["resumed_from_epoch"] is None
     # Every rank wrote its own shard (DCP's files are named by the rank that wrote them).
-    _, files = node_sh(NODES[1], f"ls {checkpoint}/$(cat {checkpoint}/latest)")
+    files = node_sh(NODES[1], f"ls {checkpoint}/$(cat {checkpoint}/latest)")[1]
     assert len(re.findall(r"__\d+_0\.distcp", files)) == 6, files
     # Three workers through MPICH's Hydra: DCP reshards the six shards onto three ranks.
     rc, output = mpich.launch(*common, "-e", "launch_mode=mpich", "-e", "nproc_per_node=1",

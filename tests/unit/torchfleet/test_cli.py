@@ -221,6 +221,22 @@ def test_render_takes_tree_spawn_and_silent_node_timeout_as_the_launch_does(proj
     assert "plm_rsh_no_tree_spawn" not in argv and "oob_tcp_keepalive_time" not in argv
 
 
+def test_render_mpich_mode_takes_what_setup_read_of_mpiexec(project, capsys):
+    # Without MPICH's facts the flavour is not guessed.
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "launch_mode=mpich")
+    assert rc == 1 and "mpich mode needs to know which mpiexec it runs" in err
+    cache = project / ".cache" / "facts"
+    for host, address in (("gpu01", "10.9.0.11"), ("gpu02", "10.9.0.12")):
+        write_facts(cache, host, address, 4, mpich_mpiexec="/usr/bin/mpiexec.hydra", mpich_found_launcher="hydra")
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "--json", "-e", "launch_mode=mpich")
+    assert rc == 0, err
+    assert json.loads(out)["argv"][:4] == ["/usr/bin/mpiexec.hydra", "-launcher", "ssh", "-n"]
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "--json", "-e", "launch_mode=mpich",
+                           "-e", "mpich_launcher=pals")
+    assert rc == 0, err
+    assert json.loads(out)["argv"][:6] == ["/usr/bin/mpiexec.hydra", "-n", "2", "--ppn", "1", "--cpu-bind"]
+
+
 def test_render_plan_error_exits_1(project, capsys):
     rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "master_port=80")
     assert rc == 1 and "port 80 is not usable" in err
