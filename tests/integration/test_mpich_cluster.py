@@ -129,7 +129,7 @@ def test_hydra_run_detaches_carries_the_environment_and_stops_leaving_nothing(mp
     try:
         # The last node's workers got the values by name, through Hydra's -genvall.
         rc, environ = node_sh(NODES[2], "for p in $(pgrep -u torchfleet -f train.py); do "
-                                        "tr '\\0' '\\n' < /proc/$p/environ; done")
+                                        "tr '\\0' '\\n' < /proc/$p/environ; done", user="torchfleet")
         assert f"TF_HYDRA_SECRET={secret}" in environ and "TF_HYDRA_SET=set-by-name" in environ
         assert "TORCHFLEET_RUN_ID=hydra-stop" in environ
         for node in NODES:
