@@ -27,8 +27,8 @@ options:
         env_secrets, mpirun_extra_args), nproc_per_node, nodes (each node's hostvars, in the
         group's order, read once, as each read of hostvars costs the controller time per node),
         master_port, log_dir, group, group_hosts, play_hosts, mode, head, head_torchrun, and
-        (optional) head_mpiexec (the mpiexec setup recorded on the head), mpich_launcher,
-        scheduler, tree_spawn, slurm (partition, account, time_limit, gpus_per_node) and
+        (optional) head_mpiexec and head_mpirun (MPICH's mpiexec and Open MPI's mpirun that setup
+        recorded on the head), mpich_launcher, scheduler, tree_spawn, slurm (partition, account, time_limit, gpus_per_node) and
         reserved_action (what -e action= gave; refused, as Ansible reserves the name).
     type: dict
     required: true
@@ -229,6 +229,11 @@ def launch_problems(request: dict) -> list[str]:
                         f"or conda).")
     elif request["action"] == "start" and request["mode"] == "mpich":
         problems += _mpich_problems(request)
+    elif request["action"] == "start" and request.get("head_mpiexec") and not request.get("head_mpirun"):
+        # Plain mpirun would be MPICH's there (the alternative), and fail on Open MPI's options.
+        problems.append(f"launch_mode={request['mode']} runs Open MPI's mpirun, but setup installed MPICH "
+                        f"alone on {request['head']}: use -e launch_mode=mpich, or run `ansible-playbook "
+                        f"setup.yml -i INVENTORY` (mpi_implementation=openmpi) to add Open MPI beside it.")
     return problems
 
 

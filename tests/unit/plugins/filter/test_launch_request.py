@@ -163,3 +163,13 @@ def test_mpich_mode_needs_what_setup_records(request_, change, said):
     assert len(problems) == 1 and problems[0].startswith(said), problems
     request_.update(HYDRA)
     assert launch_problems(request_) == []
+
+
+def test_open_mpi_modes_refuse_a_head_with_mpich_alone(request_):
+    request_.update(head_mpiexec="/usr/bin/mpiexec.hydra", mpich_launcher="hydra")
+    problems = launch_problems(request_)
+    assert len(problems) == 1 and problems[0].startswith(
+        "launch_mode=torchrun runs Open MPI's mpirun, but setup installed MPICH alone on node0: use -e "
+        "launch_mode=mpich"), problems
+    request_["head_mpirun"] = "/usr/bin/mpirun.openmpi"  # both installed: fine
+    assert launch_problems(request_) == []
