@@ -149,7 +149,7 @@ def test_the_rendered_slurm_script_runs_with_sbatch_wait_as_written(cluster):
     # The environment's own torchrun and Open MPI, as setup recorded them, not whatever PATH holds.
     torchrun = re.search(r"exec (\S+) --nnodes=3", script).group(1)
     assert torchrun.startswith("/") and torchrun.endswith("/bin/torchrun"), script
-    assert re.search(r"^/\S+/mpirun \\$", script, re.M) and "  --mca plm slurm \\\n" in script, script
+    assert re.search(r"^/\S+/mpirun(\.openmpi)? \\$", script, re.M) and "  --mca plm slurm \\\n" in script, script
     put_on_every_node(f"{JOBS}/train.py", (REPO / "examples" / "train.py").read_text())
     put_on_every_node(f"{JOBS}/job.sbatch", script.replace("examples/train.py", "train.py"))
     submitted = on(HEAD, "sbatch", "--wait", "--chdir", JOBS, "--output", f"{JOBS}/out-%j.txt",
