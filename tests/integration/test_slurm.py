@@ -1,9 +1,10 @@
 """Runs through a real Slurm (Debian's slurm-wlm 22.05: munge, slurmctld on the head, slurmd on
 every node), on the session's shared cluster: `torchfleet launch --scheduler slurm` as a run like
 any other (record, logs -f, wait, runs, stop = scancel), a failing rank named, mpirun's daemons
-started by Slurm and not ssh; the scripts of `torchfleet render --format slurm` submitted by hand
-with `sbatch --wait`, and the PBS script's body run as PBS runs it. Every test leaves no job
-queued and no process of a run on any node."""
+started by Slurm and not ssh; examples/train_fsdp.py saving a sharded checkpoint in one job and
+resuming it in another; the scripts of `torchfleet render --format slurm` submitted by hand with
+`sbatch --wait`, and the PBS script's body run as PBS runs it. Every test leaves no job queued and
+no process of a run on any node."""
 
 import json
 import re
@@ -73,6 +74,30 @@ def test_a_failing_rank_under_slurm_is_named_with_its_node_and_code(cluster):
     run_id = launched.stdout.splitlines()[-1].split()[1].rstrip(":")
     record = runs_json(cluster)[run_id]
     assert (record["state"], record["failed_rank"], record["failed_host"]) == ("failed", 2, NODES[2])
+
+
+def test_fsdp_under_slurm_saves_a_sharded_checkpoint_and_resumes_on_fewer_ranks(cluster):
+    """examples/train_fsdp.py as a Slurm job: six FSDP ranks save a sharded checkpoint on the
+    nodes' shared storage, and a second job of three ranks resumes from it."""
+    checkpoint = f"/shared/fsdp-slurm-{time.monotonic_ns()}"
+
+    def job(nproc, *args):
+        launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "examples/train_fsdp.py",
+                              "-e", f"nproc_per_node={nproc}", "--", "--checkpoint-dir", checkpoint, *args)
+        assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
+        return training_result(launched.stdout)
+
+    try:
+        first = job(2, "--epochs", "2")
+        assert first["world_size"] == 6 and first["strategy"] == "fsdp", first
+        assert first["losses"][1] < first["losses"][0], first
+        shards = on(NODES[2], "sh", "-c", f"ls {checkpoint}/$(cat {checkpoint}/latest)").stdout
+        assert len(re.findall(r"__\d+_0\.distcp", shards)) == 6, shards  # one file per rank
+        resumed = job(1, "--epochs", "3", "--resume")
+        assert (resumed["world_size"], resumed["saved_world_size"], resumed["resumed_from_epoch"]) == (3, 6, 2)
+        assert resumed["losses"][:2] == first["losses"] and len(resumed["losses"]) == 3, resumed
+    finally:
+        on(HEAD, "rm", "-rf", checkpoint)
 
 
 def test_detach_then_stop_cancels_the_job_and_leaves_nothing(cluster):
