@@ -1,5 +1,6 @@
 """One local cluster of three containers, set up once, shared by the tests that need a ready cluster."""
 
+import json
 import os
 import re
 import subprocess
@@ -17,6 +18,15 @@ NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
 
 def run(argv, check=False, **kwargs):
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, check=check, **kwargs)
+
+
+def training_result(output):
+    """Rank 0's TORCHFLEET_RESULT as a dict, from any output that carries it: a run's raw or
+    tagged lines (Open MPI's, Hydra's), or a playbook's, where the line sits JSON-escaped in a
+    task result. The last one where several are shown; whatever follows the JSON is left."""
+    unescaped = output.replace('\\"', '"')
+    assert "TORCHFLEET_RESULT " in unescaped, output[-3000:]
+    return json.JSONDecoder().raw_decode(unescaped.rsplit("TORCHFLEET_RESULT ", 1)[1])[0]
 
 
 def recap(output):

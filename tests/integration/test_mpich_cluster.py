@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from ready_cluster import NODES, recap, run
+from ready_cluster import NODES, recap, run, training_result
 from torchfleet import localcluster
 
 pytestmark = pytest.mark.cluster
@@ -36,12 +36,6 @@ def left_on(node):
 
 def script_args(*args):
     return ["-e", json.dumps({"script_args": list(args)})]
-
-
-def result_of(output):
-    unescaped = output.replace('\\"', '"')
-    assert "TORCHFLEET_RESULT " in unescaped, output[-3000:]
-    return json.JSONDecoder().raw_decode(unescaped.rsplit("TORCHFLEET_RESULT ", 1)[1])[0]
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +84,7 @@ def test_hydra_runs_train_py_on_six_workers(mpich):
     rc, output = mpich.launch("-e", "script=examples/train.py", *HYDRA, "-e", "run_id=hydra-train",
                               *script_args("--epochs", "2"))
     assert rc == 0, output[-3000:]
-    result = result_of(output)
+    result = training_result(output)
     assert result["world_size"] == 6 and result["losses"][1] < result["losses"][0]
     state = node_sh(NODES[0], f"cat {RUNS}/hydra-train/state.json")[1]
     record = json.loads(state)
@@ -162,7 +156,7 @@ def test_fsdp_trains_sharded_saves_and_resumes_on_another_world_size(mpich):
     rc, output = mpich.launch(*common, "-e", "nproc_per_node=2",
                               *script_args("--epochs", "2", "--checkpoint-dir", checkpoint))
     assert rc == 0, output[-3000:]
-    first = result_of(output)
+    first = training_result(output)
     assert first["world_size"] == 6 and first["strategy"] == "fsdp"
     assert first["losses"][1] < first["losses"][0] and first["resumed_from_epoch"] is None
     # Every rank wrote its own shard (DCP's files are named by the rank that wrote them).
@@ -172,7 +166,7 @@ def test_fsdp_trains_sharded_saves_and_resumes_on_another_world_size(mpich):
     rc, output = mpich.launch(*common, "-e", "launch_mode=mpich", "-e", "nproc_per_node=1",
                               *script_args("--epochs", "4", "--checkpoint-dir", checkpoint, "--resume"))
     assert rc == 0, output[-3000:]
-    resumed = result_of(output)
+    resumed = training_result(output)
     assert resumed["world_size"] == 3 and resumed["saved_world_size"] == 6
     assert resumed["resumed_from_epoch"] == 2 and resumed["losses"][:2] == first["losses"]
     assert len(resumed["losses"]) == 4 and resumed["losses"][3] < resumed["losses"][0]
@@ -180,7 +174,7 @@ def test_fsdp_trains_sharded_saves_and_resumes_on_another_world_size(mpich):
     rc, output = mpich.launch(*common, "-e", "launch_mode=rank", "-e", "nproc_per_node=2",
                               *script_args("--epochs", "5", "--checkpoint-dir", checkpoint, "--resume"))
     assert rc == 0, output[-3000:]
-    last = result_of(output)
+    last = training_result(output)
     assert last["world_size"] == 6 and last["saved_world_size"] == 3 and last["resumed_from_epoch"] == 4
     assert last["losses"][:4] == resumed["losses"] and len(last["losses"]) == 5
     node_sh(NODES[0], f"rm -rf {checkpoint}")

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ready_cluster import NODES, recap, run
+from ready_cluster import NODES, recap, run, training_result
 
 pytestmark = pytest.mark.cluster
 
@@ -36,8 +36,7 @@ def test_setup_launch_and_doctor_on_a_group_of_the_users_own(cluster, own_invent
     rc, output = playbook(cluster, own_inventory, "launch.yml", "-e", "script=examples/train.py",
                           "-e", "nproc_per_node=2", "-e", '{"script_args": ["--epochs", "2", "--no-wandb"]}')
     assert rc == 0, output[-3000:]
-    unescaped = output.replace('\\"', '"')
-    result = json.JSONDecoder().raw_decode(unescaped.split("TORCHFLEET_RESULT ", 1)[1])[0]
+    result = training_result(output)
     assert result["world_size"] == 6 and len(result["losses"]) == 2
 
     report = tmp_path / "doctor.json"
@@ -59,8 +58,7 @@ def test_what_render_prints_runs_as_shown_on_the_head(cluster, own_inventory):
     pasted = run(["docker", "exec", "-i", "-u", "torchfleet", "-w", "/home/torchfleet", NODES[0], "bash", "-s"],
                  input=result.stdout, timeout=600)
     assert pasted.returncode == 0, pasted.stdout[-2000:] + pasted.stderr[-2000:]
-    line = next(line for line in pasted.stdout.splitlines() if "TORCHFLEET_RESULT " in line)
-    assert json.JSONDecoder().raw_decode(line.split("TORCHFLEET_RESULT ", 1)[1])[0]["world_size"] == 6
+    assert training_result(pasted.stdout)["world_size"] == 6
 
 
 def test_the_cli_takes_the_group_too(cluster, own_inventory):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ready_cluster import NODES, REPO, run
+from ready_cluster import NODES, REPO, run, training_result
 from test_run_lifecycle import ENDLESS, LIMIT, SHORT, left_on, runs_json, torchfleet, wait_until
 
 pytestmark = pytest.mark.cluster
@@ -154,12 +154,6 @@ def put_on_every_node(path, text):
         done = subprocess.run(["docker", "exec", "-i", "-u", "torchfleet", node, "sh", "-c", f"cat > {path}"],
                               input=text, text=True, capture_output=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
-
-
-def training_result(output):
-    """Rank 0's TORCHFLEET_RESULT in a job's raw output (Open MPI's tags before it, maybe more after)."""
-    line = next(line for line in output.splitlines() if "TORCHFLEET_RESULT " in line)
-    return json.JSONDecoder().raw_decode(line.split("TORCHFLEET_RESULT ", 1)[1])[0]
 
 
 def rendered(cluster, fmt, *args):
