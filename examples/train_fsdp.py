@@ -342,7 +342,10 @@ def main():
             stats[2] += targets.shape[0]
             if first_step and args.fail_on_rank == rank:
                 emit(f"TORCHFLEET_FAIL rank={rank}: --fail-on-rank test hook, exiting with code 3", sys.stderr)
-                sys.exit(3)
+                sys.stdout.flush()
+                # Not sys.exit: the interpreter's teardown with the process group's threads alive can abort
+                # ("terminate called without an active exception", code 134) instead of exiting with 3.
+                os._exit(3)
             first_step = False
             if args.sleep > 0:
                 time.sleep(args.sleep)
