@@ -22,10 +22,12 @@ demo: $(BIN)/torchfleet
 # Every test: lint, ansible-test sanity, unit and cluster tests, then the Molecule scenario.
 test: lint sanity unit molecule
 
-# ansible-lint (production profile), and every role's argument spec against its defaults.
+# ansible-lint (production profile), every role's argument spec against its defaults, and the
+# launch role's spec, defaults and launch.yml's short names against the launch option table.
 lint: $(BIN)/torchfleet
 	ansible-lint
 	$(BIN)/python tests/lint/role_defaults.py
+	$(BIN)/python tests/lint/launch_options.py --check
 
 # ansible-test sanity on a copy laid out as ansible_collections/torchfleet/cluster, offline but for
 # PyPI; what it ignores is in tests/sanity/ignore-2.19.txt. ARGS go to ansible-test (--test pylint).

@@ -10,11 +10,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_timed(argv, env=None):
+def run_timed(argv, env=None, cwd=REPO):
     """(wall seconds, result) of `argv`; a failure ends the benchmark with the end of its output,
     as no figure of a failed run means anything."""
     started = time.monotonic()
-    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     elapsed = round(time.monotonic() - started, 3)
     if result.returncode != 0:
         sys.exit(f"{' '.join(argv[:2])} failed (rc {result.returncode}):\n{result.stdout[-3000:]}\n"

@@ -15,16 +15,23 @@ no launch by (b) or (c) can cost less than the hand job plus that floor, so the 
 best ratios (b) and (c) could reach on this machine.
 
     python bench/launch_overhead.py -i inventory/local.yml --runs 9
+    python bench/launch_overhead.py --runs 5 --before REV
+
+With --before REV, each round also starts the job of almost no work through launch.yml and
+`torchfleet launch` of commit REV (a git worktree beside the checkout, sharing its fact cache and
+inventory): the fixed cost before and after a change, side by side in one run.
 
 Needs a cluster that setup.yml has prepared (facts in .cache/facts, run from the checkout's root).
 """
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -66,12 +73,27 @@ def hand_command(hosts, cluster_vars, nproc, tiny=False, rank_script="tiny_rank.
     return ssh
 
 
+def worktree(rev: str) -> Path:
+    """A checkout of `rev` that launches on the same cluster: its own code, this checkout's fact
+    cache and local inventory (both git-ignored)."""
+    path = Path(tempfile.gettempdir()) / f"tf-bench-{rev}"
+    if not path.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(path), rev], cwd=REPO, check=True,
+                       capture_output=True)
+    for shared in (".cache", "inventory/local.yml"):
+        link = path / shared
+        if not link.exists():
+            link.symlink_to(REPO / shared)
+    return path
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-i", "--inventory", default="inventory/local.yml")
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "launch_overhead.json"))
+    parser.add_argument("--before", metavar="REV", help="also time the launch of this commit, alternating")
     args = parser.parse_args()
 
     hosts, cluster_vars = inventory_nodes(args.inventory)
@@ -90,6 +112,15 @@ def main():
         ways["c_torchfleet_launch"] = ["torchfleet", "launch", "examples/train.py", "-i", args.inventory,
                                        "-e", f"nproc_per_node={args.nproc}", "--", *SCRIPT_ARGS]
         ways["c_tiny_torchfleet_launch"] = ["torchfleet", "launch", "bench/tiny_rank.py", "-i", args.inventory, *tiny]
+    places = dict.fromkeys(ways, REPO)
+    envs = {}
+    if args.before:  # the same tiny launches from the earlier commit's checkout
+        before = worktree(args.before)
+        ways["b_tiny_launch_yml_before"], places["b_tiny_launch_yml_before"] = ways["b_tiny_launch_yml"], before
+        if "c_tiny_torchfleet_launch" in ways:
+            name = "c_tiny_torchfleet_launch_before"
+            ways[name] = [sys.executable, "-m", "torchfleet", *ways["c_tiny_torchfleet_launch"][1:]]
+            places[name], envs[name] = before, dict(os.environ, PYTHONPATH=str(before))
     ways["b_floor_playbook"] = ["ansible-playbook", "bench/floor.yml", "-i", args.inventory]
     ways["c_floor_runner"] = [sys.executable, "-c", FLOOR_RUNNER, "bench/floor.yml", args.inventory]
     # launch.yml copies the scripts; the hand runs use the copies, as a user would after one scp.
@@ -98,20 +129,24 @@ def main():
     seconds = {name: [] for name in ways}
     for round_ in range(args.runs):
         for name, argv in ways.items():  # alternate, so drift in machine load hits every way alike
-            seconds[name].append(run_timed(argv)[0])
+            seconds[name].append(run_timed(argv, env=envs.get(name), cwd=places.get(name, REPO))[0])
             print(f"run {round_ + 1} {name}: {seconds[name][-1]:.2f} s", flush=True)
     medians = {name: round(statistics.median(values), 3) for name, values in seconds.items()}
     job = {name: value for name, value in medians.items() if "tiny" not in name and "floor" not in name}
     ratios = {f"{name[0]}/a": round(value / job["a_hand_mpirun"], 3) for name, value in job.items() if name[0] != "a"}
     # The launchers' own cost, from the job of almost no work, and the ratio it means for the DDP job.
     fixed = {f"{name[0]}": round(value - medians["a_tiny_hand_mpirun"], 3)
-             for name, value in medians.items() if "tiny" in name and name[0] != "a"}
+             for name, value in medians.items() if "tiny" in name and name[0] != "a" and "before" not in name}
     predicted = {f"{way}/a": round((job["a_hand_mpirun"] + cost) / job["a_hand_mpirun"], 3)
                  for way, cost in fixed.items()}
     # The best any launcher on ansible-playbook (b) or ansible-runner (c) could do: the job plus the floor.
     at_floor = {f"{name[0]}/a": round((job["a_hand_mpirun"] + value) / job["a_hand_mpirun"], 3)
                 for name, value in medians.items() if "floor" in name}
-    report = {"commit": commit(), "nodes": len(hosts), "nproc_per_node": args.nproc, "runs": args.runs,
+    if args.before:  # after/before of each launcher's fixed cost, measured in the same rounds
+        for name in ("b_tiny_launch_yml_before", "c_tiny_torchfleet_launch_before"):
+            if name in medians:
+                fixed[f"{name[0]}_before"] = round(medians[name] - medians["a_tiny_hand_mpirun"], 3)
+    report = {"commit": commit(), "before": args.before, "nodes": len(hosts), "nproc_per_node": args.nproc, "runs": args.runs,
               "seconds": seconds, "median_seconds": medians, "ratios": ratios,
               "fixed_cost_seconds": fixed, "ratios_from_fixed_cost": predicted, "ratios_at_floor": at_floor}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

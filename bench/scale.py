@@ -29,7 +29,7 @@ import yaml
 
 from benchlib import REPO, commit, run_timed  # bench/ is the script's directory, first on sys.path
 sys.path.insert(0, str(REPO))
-from torchfleet import localcluster  # noqa: E402
+from torchfleet import devcluster  # noqa: E402
 
 NAME = "tfscale"
 SCALE_IMAGE = "torchfleet/node-openmpi:bookworm"
@@ -50,7 +50,7 @@ def bake_image():
     openmpi = yaml.safe_load((REPO / "roles/openmpi/vars/Debian.yml").read_text())["_openmpi_distribution_packages"]
     venv = yaml.safe_load((REPO / "roles/python_env/vars/Debian.yml").read_text())["_python_env_venv_packages"]
     packages = [*openmpi, *venv, "python3-apt"]
-    base = localcluster.ensure_image()
+    base = devcluster.ensure_image()
     label = f"{base} + {' '.join(packages)}"
     found = sh(["docker", "image", "inspect", "--format",
                 '{{index .Config.Labels "org.torchfleet.bake"}} {{.Created}}', SCALE_IMAGE])
@@ -115,7 +115,7 @@ def measure(size, work):
     env = dict(os.environ, XDG_STATE_HOME=str(work / "state"), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / "facts"))
     inventory = work / "inventory.yml"
     started = time.monotonic()
-    localcluster.up(name=NAME, nodes=size, inventory=inventory, image=SCALE_IMAGE)
+    devcluster.up(name=NAME, nodes=size, inventory=inventory, image=SCALE_IMAGE)
     containers_up = round(time.monotonic() - started, 3)
     key = ["-e", f"ssh_trust_key_file={work / 'keys' / 'cluster_ed25519'}"]
     containers = [f"tf-{NAME}-node{i}" for i in range(size)]
@@ -146,12 +146,12 @@ def main():
     rows = []
     try:
         for size in args.sizes:
-            localcluster.down(NAME)  # every size starts cold
+            devcluster.down(NAME)  # every size starts cold
             with tempfile.TemporaryDirectory(prefix="tfscale-") as work:
                 rows.append(measure(size, Path(work)))
             print(json.dumps(rows[-1]), flush=True)
     finally:
-        localcluster.down(NAME)
+        devcluster.down(NAME)
     first, last = rows[0], rows[-1]
     ratios = {f"setup {last['nodes']}/{first['nodes']}": round(last["setup_s"] / first["setup_s"], 3),
               f"launch {last['nodes']}/{first['nodes']}": round(last["launch_s"] / first["launch_s"], 3)}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchlib import REPO, commit, recap, run_timed  # bench/ is the script's directory, first on sys.path
 sys.path.insert(0, str(REPO))
-from torchfleet import localcluster  # noqa: E402
+from torchfleet import devcluster  # noqa: E402
 
 NAME = "tfcost"
 
@@ -32,13 +32,13 @@ def main():
                         help="use the controller's usual wheelhouse cache instead of an empty one")
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "setup_cost.json"))
     args = parser.parse_args()
-    localcluster.down(NAME)
+    devcluster.down(NAME)
     with tempfile.TemporaryDirectory(prefix="tfcost-") as work:
         work = Path(work)
         env = dict(os.environ, XDG_STATE_HOME=str(work / "state"), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / "facts"))
         inventory = work / "inventory.yml"
         try:
-            localcluster.up(name=NAME, nodes=args.nodes, inventory=inventory)
+            devcluster.up(name=NAME, nodes=args.nodes, inventory=inventory)
             argv = ["ansible-playbook", "setup.yml", "-i", str(inventory),
                     "-e", f"ssh_trust_key_file={work / 'keys' / 'cluster_ed25519'}"]
             if not args.keep_wheelhouse:
@@ -48,7 +48,7 @@ def main():
             warm, warm_result = run_timed(argv, env)
             print(f"warm: {warm:.1f} s", flush=True)
         finally:
-            localcluster.down(NAME)
+            devcluster.down(NAME)
     cold_recap, warm_recap = recap(cold_result.stdout), recap(warm_result.stdout)
     nodes = {host: counts for host, counts in warm_recap.items() if host != "localhost"}
     report = {"commit": commit(), "nodes": args.nodes, "empty_wheelhouse": not args.keep_wheelhouse,

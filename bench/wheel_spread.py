@@ -31,7 +31,7 @@ from pathlib import Path
 from benchlib import REPO, commit
 from scale import SCALE_IMAGE, bake_image
 sys.path.insert(0, str(REPO))
-from torchfleet import localcluster  # noqa: E402
+from torchfleet import devcluster  # noqa: E402
 
 NAME = "tfspread"
 BEFORE = "24210a9"  # the last commit that copied every wheel to every node
@@ -64,19 +64,19 @@ def prefill_before():
 def measure(size, checkout, work, extra=()):
     env = dict(os.environ, XDG_STATE_HOME=str(work / "state"), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(work / "facts"))
     inventory = work / "inventory.yml"
-    localcluster.up(name=NAME, nodes=size, inventory=inventory, image=SCALE_IMAGE)
+    devcluster.up(name=NAME, nodes=size, inventory=inventory, image=SCALE_IMAGE)
     containers = [f"tf-{NAME}-node{i}" for i in range(size)]
     argv = ["ansible-playbook", "setup.yml", "-i", str(inventory),
             "-e", f"ssh_trust_key_file={work / 'keys' / 'cluster_ed25519'}", *extra]
-    received = localcluster.received_bytes(containers)
-    with localcluster.ControllerTraffic(NAME) as traffic:
+    received = devcluster.received_bytes(containers)
+    with devcluster.ControllerTraffic(NAME) as traffic:
         started = time.monotonic()
         result = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, check=False)
         elapsed = round(time.monotonic() - started, 1)
         sent = traffic.sent()
     if result.returncode != 0:
         sys.exit(f"setup failed at {size} nodes in {checkout}:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}")
-    after = localcluster.received_bytes(containers)
+    after = devcluster.received_bytes(containers)
     per_node = [after[c] - received[c] for c in containers]
     return {"nodes": size, "setup_s": elapsed, "controller_sent_bytes": sent,
             "node_received_bytes": per_node, "node_received_max": max(per_node),
@@ -99,14 +99,14 @@ def main():
     try:
         for size in args.sizes:
             for label, checkout in checkouts.items():
-                localcluster.down(NAME)  # every run starts cold
+                devcluster.down(NAME)  # every run starts cold
                 # The earlier commit reads a lock without hashes: it keeps a wheelhouse of its own.
                 extra = ["-e", f"python_env_wheelhouse_root={BEFORE_WHEELHOUSE}"] if label == "before" else []
                 with tempfile.TemporaryDirectory(prefix="tfspread-") as work:
                     rows[label].append(measure(size, checkout, Path(work), extra))
                 print(json.dumps({label: rows[label][-1]}), flush=True)
     finally:
-        localcluster.down(NAME)
+        devcluster.down(NAME)
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=False)
     ratios = {}
     for label, found in rows.items():

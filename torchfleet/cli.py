@@ -12,27 +12,27 @@ from pathlib import Path
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    from torchfleet import localcluster  # only this command needs it: the others start sooner
+    from torchfleet import devcluster  # only this command needs it: the others start sooner
 
     try:
-        name = localcluster.validate_name(args.name)
+        name = devcluster.validate_name(args.name)
         inventory = Path(args.inventory) if args.inventory else None
         if args.action == "up":
-            localcluster.up(name=name, nodes=args.nodes, inventory=inventory, slurm=args.slurm)
+            devcluster.up(name=name, nodes=args.nodes, inventory=inventory, slurm=args.slurm)
         elif args.action == "down":
-            localcluster.down(name=name, inventory=inventory)
+            devcluster.down(name=name, inventory=inventory)
         elif args.action == "image":
-            localcluster.ensure_engine()
-            build = localcluster.ensure_slurm_image if args.slurm else localcluster.ensure_image
+            devcluster.ensure_engine()
+            build = devcluster.ensure_slurm_image if args.slurm else devcluster.ensure_image
             print(build(rebuild=args.rebuild))
         elif args.action == "status":
-            rows = localcluster.status(name)
+            rows = devcluster.status(name)
             if args.json:
                 print(json.dumps(rows))
             else:
                 for row in rows:
                     print(f"{row['name']:<24} {'running' if row['running'] else 'stopped':<8} {row['address']}")
-    except localcluster.ClusterError as error:
+    except devcluster.ClusterError as error:
         print(f"torchfleet: error: {error}", file=sys.stderr)
         return 1
     return 0
@@ -43,66 +43,6 @@ class UsageError(Exception):
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-
-
-def _inventories(args: argparse.Namespace, scratch: Path) -> list[str]:
-    """The -i paths, hostfiles turned into YAML inventories in `scratch`; default ./inventory."""
-    from torchfleet.collection import module_util
-
-    given = args.inventory or (["inventory"] if Path("inventory").is_dir() else [])
-    if not given:
-        raise UsageError("no inventory: give -i PATH (an Ansible inventory or an MPI/PBS/Slurm "
-                         "hostfile), or run from a directory with inventory/")
-    hostfile = module_util("_hostfile")
-    result = []
-    for number, path in enumerate(given):
-        if not Path(path).exists():
-            raise UsageError(f"inventory {path} does not exist; give -i the path of an Ansible "
-                             f"inventory or of an MPI/PBS/Slurm hostfile")
-        if hostfile.is_hostfile(path):
-            inventory = hostfile.to_inventory(hostfile.read_hostfile(path))
-            target = scratch / f"hostfile{number}.yml"
-            target.write_text(json.dumps(inventory, indent=1) + "\n")  # JSON is YAML
-            result.append(str(target))
-        else:
-            if _meant_as_hostfile(path, hostfile.ANSIBLE_SUFFIXES):
-                # A broken hostfile: Ansible would read it as an INI inventory without group
-                # `cluster` and only say the group is empty. This error names the line and the fix.
-                hostfile.read_hostfile(path)
-            result.append(str(Path(path).resolve()))
-    return result
-
-
-# An INI inventory's [group] or [group:children] header (an IPv6 hostfile entry has '::' or digits).
-_INI_SECTION = re.compile(r"\s*\[[A-Za-z_][A-Za-z0-9_-]*(:[a-z]+)?\]\s*([#;].*)?")
-_HOSTFILE_KEYS = ("slots", "max_slots", "max-slots")
-
-
-def _meant_as_hostfile(path: str, ansible_suffixes: tuple[str, ...]) -> bool:
-    """A plain file that fails to read as a hostfile and has nothing of an Ansible inventory: no
-    inventory suffix, not executable (a script), not a YAML/JSON mapping, no INI [group] header
-    and no `host var=value` other than a hostfile's slots."""
-    import yaml
-
-    file = Path(path)
-    if not file.is_file() or os.access(file, os.X_OK) or path.lower().endswith(ansible_suffixes):
-        return False
-    try:
-        text = file.read_text()
-    except (OSError, UnicodeDecodeError):
-        return True  # the hostfile reader says so (unreadable, not UTF-8 text)
-    try:
-        if isinstance(yaml.safe_load(text), dict):
-            return False
-    except yaml.YAMLError:
-        pass  # not YAML: INI, or a hostfile
-    for line in text.splitlines():
-        if _INI_SECTION.fullmatch(line):
-            return False
-        words = line.split("#", 1)[0].split()[1:]
-        if any("=" in word and word.split("=", 1)[0] not in _HOSTFILE_KEYS for word in words):
-            return False
-    return True
 
 
 def _unsafe(value) -> str:
@@ -150,10 +90,11 @@ def _results(outcome, action: str, failed: bool = False) -> list[dict]:
 
 
 def _playbook(args: argparse.Namespace, name: str, **fixed):
+    from torchfleet.inventory import inventory_paths
     from torchfleet.run import run
 
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
-        inventories = _inventories(args, Path(scratch))
+        inventories = inventory_paths(args.inventory, Path(scratch))
         return run(playbook=f"torchfleet.cluster.{name}", inventories=inventories,
                    cmdline=_playbook_args(args, **fixed), progress=_progress(args))
 
@@ -203,7 +144,7 @@ def _new_run_id() -> str:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from torchfleet.plan import parse_extra_vars
+    from torchfleet.extra_vars import parse_extra_vars
 
     if not Path(args.script).is_file() and not _shared(args):
         raise UsageError(f"script {args.script} not found (give the training script's path)")
@@ -262,10 +203,11 @@ def _launched_target(outcome, args: argparse.Namespace) -> dict:
 
 
 def _follow_target(args: argparse.Namespace) -> dict:
-    """The head and the ssh that reaches it, from the inventory (see _cluster_vars)."""
+    """The head and the ssh that reaches it, from the inventory (see inventory.cluster_vars)."""
     from torchfleet import follow
+    from torchfleet.inventory import cluster_vars
 
-    found = _cluster_vars(args)
+    found = cluster_vars(args.inventory, args.extra_vars)
     try:
         ssh = follow.ssh_argv(found["head"], found["hostvars"])
     except follow.FollowError as error:
@@ -309,9 +251,10 @@ def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True
         return 1
     out, err = follow.end_report(record, head.name)
     if args.json:
-        keys = ("run_id", "state", "rc", "world_size", "duration", "started", "log_dir", "command",
-                "rank0_tail", "failed_rank", "failed_host", "failed_exit_code", "failed_log",
-                "failed_log_tail", "msg")
+        from torchfleet.collection import module_util
+
+        run_record = module_util("_head.record")
+        keys = run_record.RunRecord.keys(run_record.REPORTED)
         print(json.dumps({"run_id": record.get("run_id"), "rc": follow.exit_code(record),
                           "report": (shown or record.get("rank0_tail") or []) + out,
                           "result": {key: record.get(key) for key in keys}, "artifacts": None}, indent=1))
@@ -343,7 +286,8 @@ def _check_run_id(run_id: str) -> None:
 
 
 def _shared(args: argparse.Namespace) -> bool:
-    from torchfleet.plan import as_bool, parse_extra_vars
+    from torchfleet.extra_vars import parse_extra_vars
+    from torchfleet.plan import as_bool
 
     return as_bool(parse_extra_vars(args.extra_vars).get("shared_storage", False))
 
@@ -401,7 +345,9 @@ def _logs(args: argparse.Namespace) -> int:
 
 def _runs(args: argparse.Namespace) -> int:
     """The cluster's runs, newest first, from their records on the head (torchrun_run_info)."""
-    found = _cluster_vars(args)
+    from torchfleet.inventory import cluster_vars
+
+    found = cluster_vars(args.inventory, args.extra_vars)
     args.limit = None
     outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps({"log_dir": found["log_dir"]}),
                      found["head"], ["--become", "--become-user", found["user"]])
@@ -409,9 +355,10 @@ def _runs(args: argparse.Namespace) -> int:
     if outcome.rc != 0:
         return _finish(args, outcome, {})
     if args.json:
-        keys = ("run_id", "state", "rc", "started", "ended", "duration", "world_size", "nodes",
-                "failed_rank", "failed_host", "failed_exit_code", "failed_log", "log_dir", "msg",
-                "scheduler", "job_id", "job_state", "job_reason", "batch_host")
+        from torchfleet.collection import module_util
+
+        run_record = module_util("_head.record")
+        keys = run_record.RunRecord.keys(run_record.LISTED)
         print(json.dumps([{key: run.get(key) for key in keys} for run in runs], indent=1))
         return 0
     print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED':<26} {'DURATION':>9} {'WORLD':>5}  FAILED [JOB]")
@@ -432,37 +379,21 @@ def _runs(args: argparse.Namespace) -> int:
 
 
 def _adhoc(args: argparse.Namespace, module: str, module_args: str, pattern: str, extra: list[str]):
+    from torchfleet.inventory import inventory_paths
     from torchfleet.run import run
 
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
-        inventories = _inventories(args, Path(scratch))
+        inventories = inventory_paths(args.inventory, Path(scratch))
         cmdline = list(extra) + (["--limit", args.limit] if args.limit else [])
         return run(module=module, module_args=module_args, host_pattern=pattern,
                    inventories=inventories, cmdline=cmdline, progress=_progress(args))
 
 
-def _cluster_vars(args: argparse.Namespace) -> dict:
-    """The head, the training account, the runs' directory (follow.head_account) and the head's
-    inventory variables, from the inventory and -e."""
-    from torchfleet import follow
-    from torchfleet.plan import cluster_group, parse_extra_vars, read_inventory
-    from torchfleet.run import ansible_env
-
-    extra = parse_extra_vars(args.extra_vars)
-    group = cluster_group(extra)
-    with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
-        inventories = _inventories(args, Path(scratch))
-        hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()), group=group)
-    try:
-        head, user, log_dir = follow.head_account(hosts, hostvars, extra, group)
-    except follow.FollowError as error:
-        raise UsageError(str(error)) from None
-    return {"head": head, "user": user, "log_dir": log_dir, "hostvars": hostvars[head], "group": group}
-
-
 def _status(args: argparse.Namespace) -> int:
+    from torchfleet.inventory import cluster_vars
+
     # As the training account: in a container root may not read other users' /proc/PID/environ.
-    found = _cluster_vars(args)
+    found = cluster_vars(args.inventory, args.extra_vars)
     outcome = _adhoc(args, "torchfleet.cluster.torchrun_launch", "state=stopped", found["group"],
                      ["--check", "--become", "--become-user", found["user"]])
     alive = {item["host"]: [run["run_id"] for run in item["res"].get("runs", [])]
@@ -476,17 +407,19 @@ def _status(args: argparse.Namespace) -> int:
 def _render(args: argparse.Namespace) -> int:
     from torchfleet import plan as tfplan
     from torchfleet.collection import module_util
+    from torchfleet.extra_vars import parse_extra_vars
+    from torchfleet.inventory import cluster_group, inventory_paths, read_inventory
     from torchfleet.run import ansible_env, fact_cache_dir
 
-    extra = tfplan.parse_extra_vars(args.extra_vars)
+    extra = parse_extra_vars(args.extra_vars)
     batch = args.format in ("pbs", "slurm")
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         if batch and not args.inventory and not Path("inventory").is_dir():
             hosts, hostvars = [], {}
         else:
-            inventories = _inventories(args, Path(scratch))
-            hosts, hostvars = tfplan.read_inventory(inventories, dict(os.environ, **ansible_env()),
-                                                    limit=args.limit, group=tfplan.cluster_group(extra))
+            inventories = inventory_paths(args.inventory, Path(scratch))
+            hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()),
+                                             limit=args.limit, group=cluster_group(extra))
     if batch:
         if not args.nodes or args.nodes < 1:
             raise UsageError(f"--format {args.format} needs --nodes N (the allocation's node count)")
@@ -616,7 +549,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as error:  # noqa: BLE001 - a user-facing message, not a traceback
-        from torchfleet.plan import RenderError
+        from torchfleet.extra_vars import RenderError
+        from torchfleet.inventory import InventoryError
+
+        if isinstance(error, InventoryError):  # the -i given: a usage error, as argparse's
+            parser.exit(2, f"torchfleet {args.command}: error: {error}\n")
         hostfile_error = _hostfile_error()
         if isinstance(error, RenderError) or (hostfile_error and isinstance(error, hostfile_error)):
             print(f"torchfleet {args.command}: error: {error}", file=sys.stderr)

@@ -1,14 +1,15 @@
-"""Where the torchfleet.cluster collection is: a checkout's .collections, or the wheel's copy."""
+"""Where the torchfleet.cluster collection is (a checkout's .collections, or the wheel's copy), and
+its Python code imported as the package it is: ansible_collections.torchfleet.cluster."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
-from functools import cache
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 CHECKOUT = PACKAGE.parent
+MODULE_UTILS = "ansible_collections.torchfleet.cluster.plugins.module_utils"
 
 
 def collections_path() -> Path:
@@ -23,14 +24,17 @@ def collection_root() -> Path:
     return collections_path() / "ansible_collections" / "torchfleet" / "cluster"
 
 
-@cache
 def module_util(name: str):
-    """Import one of the collection's pure module_utils (`_launch_plan`, `_hostfile`) by path."""
-    path = collection_root() / "plugins" / "module_utils" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"torchfleet._collection_{name}", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+    """One of the collection's pure module_utils (`_launch_plan`, `_hostfile`), imported by name."""
+    _make_importable()
+    return importlib.import_module(f"{MODULE_UTILS}.{name}")
+
+
+def _make_importable() -> None:
+    """Put the collection first where `import ansible_collections...` looks: ansible_collections
+    is a namespace package, so this directory joins the others on sys.path (the `ansible`
+    package's collections in site-packages). The CLI never installs ansible-core's own collection
+    loader in its process (playbooks run in ansible-runner's subprocesses), so sys.path is enough."""
+    path = str(collections_path())
+    if path not in sys.path:
+        sys.path.insert(0, path)

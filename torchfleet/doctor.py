@@ -1,23 +1,26 @@
 """`torchfleet doctor`: check a cluster that setup prepared, and say what is wrong and how to fix it.
 
-Runs the collection's doctor playbook (read-only) against an inventory, reads the JSON report the
-playbook writes on the controller, and prints a table (or the JSON). Exit status: 0 when every
-check passes, 1 when a check fails, 2 when the doctor itself could not run.
+Runs the collection's doctor playbook (read-only) against an inventory through ansible-runner, as
+every playbook runs (torchfleet.run), reads the JSON report the playbook writes on the controller,
+and prints a table (or the JSON). Exit status: 0 when every check passes, 1 when a check fails, 2
+when the doctor itself could not run.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
+from collections import deque
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-PLAYBOOK = "doctor.yml"
+from torchfleet.extra_vars import RenderError, parse_extra_vars
+
+PLAYBOOK = "torchfleet.cluster.doctor"
 
 OK, FAILED, DOCTOR_ERROR = 0, 1, 2
 
@@ -30,17 +33,13 @@ class DoctorError(Exception):
         self.output = output
 
 
-def _ansible_playbook() -> str | None:
-    beside = Path(sys.executable).parent / "ansible-playbook"
-    return str(beside) if beside.exists() else shutil.which("ansible-playbook")
-
-
-def collect(inventory: str | os.PathLike, master_port: int | None = None, extra_vars: dict | None = None,
-            env: dict | None = None, timeout: float | None = None) -> dict:
+def collect(inventory: str | os.PathLike, master_port: int | None = None, extra_vars: dict | None = None) -> dict:
     """Run the doctor playbook against `inventory`; return its report ({ok, head, master_port, results}).
 
     Raises DoctorError when the inventory cannot be read or the playbook does not finish.
     """
+    from torchfleet.run import Progress, ansible_env, run
+
     inventory = Path(inventory).expanduser()
     if not inventory.is_absolute():
         inventory = Path.cwd() / inventory
@@ -48,25 +47,20 @@ def collect(inventory: str | os.PathLike, master_port: int | None = None, extra_
         raise DoctorError(f"inventory {inventory} does not exist")
     if not os.access(inventory, os.R_OK):
         raise DoctorError(f"inventory {inventory} cannot be read")
-    playbook = _ansible_playbook()
-    if playbook is None:
+    if shutil.which("ansible-playbook", path=ansible_env()["PATH"]) is None:
         raise DoctorError("ansible-playbook was not found (install ansible-core in this environment)")
-    if not (REPO / PLAYBOOK).exists():
-        raise DoctorError(f"{REPO / PLAYBOOK} is missing: run the doctor from a checkout of torchfleet")
     with tempfile.TemporaryDirectory(prefix="torchfleet-doctor-") as tmp:
         report = Path(tmp) / "report.json"
         variables = dict(extra_vars or {}, doctor_report=str(report))
         if master_port is not None:
             variables["master_port"] = int(master_port)
-        argv = [playbook, PLAYBOOK, "-i", str(inventory), "-e", json.dumps(variables)]
-        try:
-            done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
-                                  check=False)
-        except subprocess.TimeoutExpired as err:
-            raise DoctorError(f"the doctor playbook did not finish within {timeout} s") from err
-        output = done.stdout + done.stderr
-        if done.returncode != 0 or not report.exists():
-            raise DoctorError(f"the doctor playbook failed (exit code {done.returncode}): "
+        # Quiet: the report is the doctor's output; Ansible's own is kept for when it fails.
+        progress = Progress(stream=io.StringIO(), tail=deque(maxlen=200))
+        outcome = run(playbook=PLAYBOOK, inventories=[str(inventory)], cmdline=["-e", json.dumps(variables)],
+                      progress=progress, keep_on_failure=False)
+        output = "\n".join(progress.tail)
+        if outcome.rc != 0 or not report.exists():
+            raise DoctorError(f"the doctor playbook failed (exit code {outcome.rc}): "
                               f"{_last_error(output)}", output)
         try:
             return json.loads(report.read_text())
@@ -129,22 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Check a cluster that setup prepared; change nothing.")
     parser.add_argument("-i", "--inventory", default="inventory", help="the cluster's inventory (default: inventory)")
     parser.add_argument("-p", "--master-port", type=int, default=None,
-                        help="the rendezvous port that must be free on the head (default 29500)")
-    parser.add_argument("-e", "--extra-vars", action="append", default=[], metavar="KEY=VALUE",
-                        help="a variable for the playbook (repeatable)")
+                        help="the rendezvous port that must be free on the head (default: the launch's)")
+    parser.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
+                        help="KEY=VALUE, JSON or @FILE, as ansible-playbook (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    extra = {}
-    for item in args.extra_vars:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            print(f"torchfleet doctor: -e expects KEY=VALUE, got {item!r}", file=sys.stderr)
-            return DOCTOR_ERROR
-        extra[key] = value
+    try:
+        extra = parse_extra_vars(args.extra_vars)
+    except RenderError as err:
+        print(f"torchfleet doctor: {err}", file=sys.stderr)
+        return DOCTOR_ERROR
     try:
         report = collect(args.inventory, master_port=args.master_port, extra_vars=extra)
     except DoctorError as err:

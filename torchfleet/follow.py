@@ -1,7 +1,7 @@
 """Following a run on the head from the controller: its output as it is written, and its end.
 
 A run's supervisor keeps the run's record and launcher.log in the run's directory on the head;
-here the controller runs the collection's _run_record.py there over ssh (`python3 -S -c`, the
+here the controller runs the head package's record.py there over ssh (`python3 -S -c`, the
 standard library alone) and reads what it prints: "L <line>" for each line of output, then
 "E <record>" when the run has ended. The ssh command is built from the inventory's own connection
 settings for the head (address, port, user, key, ansible_ssh_common_args such as ProxyJump), and
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from torchfleet.collection import collection_root
+from torchfleet.collection import module_util
 
 
 class FollowError(Exception):
@@ -51,24 +51,10 @@ def ssh_argv(name: str, hostvars: dict) -> list[str]:
     return argv + [str(hostvars.get("ansible_host") or name)]
 
 
-def head_account(hosts: list[str], hostvars: dict, extra: dict, group: str = "cluster") -> tuple[str, str, str]:
-    """(the head, its training account, the runs' directory), from the inventory and -e."""
-    first = hostvars[hosts[0]]
-    name = extra.get("torchfleet_head") or first.get("torchfleet_head") or hosts[0]
-    if name not in hostvars:
-        raise FollowError(f"torchfleet_head {name!r} is not in group {group} of the inventory")
-    user = str(extra.get("cluster_user_name") or first.get("cluster_user_name") or "torchfleet")
-    workdir = str(extra.get("cluster_user_workdir") or first.get("cluster_user_workdir") or "~/torchfleet")
-    log_dir = str(extra.get("log_dir") or workdir + "/runs")
-    if log_dir.startswith("~/") or log_dir == "~":
-        log_dir = f"~{user}" + log_dir[1:]  # the training account's home, whoever reads it
-    return name, user, log_dir
-
-
 def remote_command(head: Head, hostvars: dict, args: list[str]) -> str:
-    """`python3 -S -c <_run_record.py> ARGS` on the head, as the training account unless the
+    """`python3 -S -c <record.py> ARGS` on the head, as the training account unless the
     connection's account is it or root (which reads the runs as they are)."""
-    source = (collection_root() / "plugins" / "module_utils" / "_run_record.py").read_text()
+    source = module_util("_head").source("record")
     argv = ["python3", "-S", "-c", source, *args]
     login = str(hostvars.get("ansible_user") or "")
     if login not in (head.user, "root"):
@@ -80,7 +66,8 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
            on_line=None, until_end: bool = True) -> dict:
     """Stream the run's output (`on_line(text)` for each shown line) until it has ended (or,
     not `until_end`, what it has written so far); returns its record. `ranks`: "0", "all" or
-    "none" (see _run_record.shown). The newest run when `run_id` is None."""
+    "none" (see the head package's record.shown). The newest run when `run_id` is None."""
+    follower = module_util("_head.record")  # the follower on the head: its lines' prefixes
     where = f"{head.log_dir}/{run_id}" if run_id else head.log_dir
     verb = "follow" if until_end else "print"
     command = remote_command(head, hostvars, [verb, where, ranks, "start" if from_start else "now"])
@@ -93,12 +80,12 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
     record = None
     try:
         for raw in proc.stdout:
-            if raw.startswith("L "):
+            if raw.startswith(follower.LINE):
                 if on_line:
                     on_line(raw[2:].rstrip("\n"))
-            elif raw.startswith("S "):  # a Slurm job's state: pending (and why), running
+            elif raw.startswith(follower.STATUS):  # a Slurm job's state: pending (and why), running
                 print(f"torchfleet: {raw[2:].rstrip()}", file=sys.stderr, flush=True)
-            elif raw.startswith("E "):
+            elif raw.startswith(follower.END):
                 record = json.loads(raw[2:])
     finally:
         if proc.poll() is None:

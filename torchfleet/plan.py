@@ -7,140 +7,15 @@ allocation, taking the nodes from the scheduler at run time.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shlex
-import shutil
-import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
 from torchfleet.collection import module_util
-
-
-class RenderError(Exception):
-    """A problem the user can act on."""
-
-
-# --- extra vars, as ansible-playbook reads them --------------------------------------------------
-
-def parse_extra_vars(values: list[str]) -> dict:
-    """-e KEY=VALUE (several per -e), -e JSON/YAML mapping, -e @FILE; later ones win."""
-    result: dict = {}
-    for value in values:
-        if value.startswith("@"):
-            if not Path(value[1:]).expanduser().is_file():
-                raise RenderError(f"-e {value}: no such file; give the path of a YAML or JSON file of "
-                                  f"variables after the @")
-            try:
-                data = yaml.safe_load(Path(value[1:]).expanduser().read_text())
-            except (OSError, yaml.YAMLError) as error:
-                raise RenderError(f"-e {value}: cannot read it: {error}") from None
-        elif value.lstrip().startswith(("{", "[")):
-            try:
-                data = yaml.safe_load(value)
-            except yaml.YAMLError as error:
-                raise RenderError(f"-e {value!r} is not valid JSON/YAML: {error}") from None
-        else:
-            data = {}
-            for word in shlex.split(value):
-                key, sep, val = word.partition("=")
-                if not sep or not key:
-                    raise RenderError(f"-e {value!r}: expected KEY=VALUE, JSON or @FILE")
-                data[key] = val
-        if data is None:
-            continue
-        if not isinstance(data, dict):
-            raise RenderError(f"-e {value!r} must give a mapping of variables")
-        result.update(data)
-    return result
-
-
-# --- inventory and facts -----------------------------------------------------------------------
-
-def ansible_tool(name: str) -> list[str]:
-    """argv to run an ansible-core CLI: beside this Python, on PATH, else as a module."""
-    beside = Path(sys.executable).parent / name
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which(name)
-    return [found] if found else [sys.executable, "-m", "ansible.cli." + name.split("-", 1)[1]]
-
-
-def cluster_group(extra: dict) -> str:
-    """The inventory group of the nodes: -e torchfleet_group, as the playbooks take it, else cluster."""
-    return str(extra.get("torchfleet_group") or "cluster")
-
-
-def read_inventory(inventories: list[str], env: dict, limit: str | None = None, group: str = "cluster"):
-    """(hosts of `group` in inventory order, {host: vars}) from `ansible-inventory --list`."""
-    argv = [*ansible_tool("ansible-inventory"), "--list"]
-    for inventory in inventories:
-        argv += ["-i", inventory]
-    if limit:
-        argv += ["--limit", limit]
-    # Inventory variables only: the facts are read from the cache separately.
-    env = dict(env, ANSIBLE_CACHE_PLUGIN="ansible.builtin.memory")
-    result = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
-    if result.returncode != 0:
-        raise RenderError(f"ansible-inventory failed: {result.stderr.strip()}")
-    data = json.loads(result.stdout)
-    hostvars = data.get("_meta", {}).get("hostvars", {})
-
-    def hosts_of(name, seen):
-        if name in seen:
-            return []
-        seen.add(name)
-        entry = data.get(name, {})
-        found = list(entry.get("hosts", []))
-        for child in entry.get("children", []):
-            found += hosts_of(child, seen)
-        return found
-
-    hosts = list(dict.fromkeys(hosts_of(group, set())))
-    if not hosts:
-        raise RenderError(f"the inventory has no hosts in group {group!r}; put every node in it, or "
-                          f"name the group of your nodes with -e torchfleet_group=NAME")
-    return hosts, {host: hostvars.get(host, {}) for host in hosts}
-
-
-def _untag(value):
-    """ansible-core 2.19 keeps tagged values as {"value": ..., "__ansible_type": ...}."""
-    if isinstance(value, dict):
-        if "__ansible_type" in value and "value" in value:
-            return _untag(value["value"])
-        return {key: _untag(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_untag(item) for item in value]
-    return value
-
-
-def read_facts(cache_dir: Path, host: str) -> dict | None:
-    """A host's facts from the jsonfile cache (`s1_HOST` of ansible-core 2.19, or plain `HOST`)."""
-    for name in (f"s1_{host}", host):
-        path = Path(cache_dir) / name
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and "__payload__" in data:
-            data = json.loads(data["__payload__"])
-        return _untag(data) if isinstance(data, dict) else None
-    return None
-
-
-def _as_list(value, what: str) -> list[str]:
-    if value is None or value == "":
-        return []
-    if isinstance(value, str):
-        return [item.strip() for item in value.split(",") if item.strip()]
-    if isinstance(value, list):
-        return [str(item) for item in value]
-    raise RenderError(f"{what} must be a list, got {value!r}")
+from torchfleet.extra_vars import RenderError
+from torchfleet.inventory import head_name, read_facts
 
 
 def as_bool(value) -> bool:
@@ -159,17 +34,18 @@ def _as_int(value, what: str) -> int:
 def build(script: str, script_args: list[str], extra: dict, hosts: list[str], hostvars: dict,
           cache_dir: Path, batch_nodes: int | None = None, batch_slots: int | None = None,
           batch_format: str = "slurm"):
-    """(Plan, source) as the launch role would build it; `source` is "facts" or "inventory".
+    """(Plan, source) through the launch's own resolve(); `source` is "facts" or "inventory".
 
     With batch_nodes the nodes are placeholders filled in at run time (see _batch_script)."""
-    lp = module_util("_launch_plan")
+    lp, lr = module_util("_launch_plan"), module_util("_launch_request")
     first = hostvars.get(hosts[0], {}) if hosts else {}
-    head = first.get("torchfleet_head") or (hosts[0] if hosts else None)
-    user = first.get("cluster_user_name", "torchfleet")
-    # As the launch role reads it: -e first, then the inventory's (a hostfile's slots), then auto.
-    nproc = str(extra.get("nproc_per_node", (hostvars.get(head) or first).get("nproc_per_node", "auto")))
-    if nproc != "auto":
-        nproc = _as_int(nproc, "nproc_per_node")
+    head = head_name(hosts, hostvars, extra)
+    # As launch.yml takes them: -e over the inventory's variables (a hostfile's slots among them).
+    try:
+        request = lr.from_variables({**(hostvars.get(head) or first), **extra})
+    except lr.RequestError as error:
+        raise RenderError(str(error)) from None
+    nproc = request.pop("nproc_per_node", "auto")
     facts = {host: read_facts(cache_dir, host) for host in hosts}
     ready = bool(hosts) and all(f and f.get("preflight_net") for f in facts.values())
     source = "facts" if ready else "inventory"
@@ -206,41 +82,29 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
                           "-e interface=NAME (e.g. eth0)")
     # The home setup recorded (cluster_user's fact), else the role's own default: a path a shell
     # takes as it is when the command is pasted (a quoted ~user would not be expanded).
+    user = request.get("user", "torchfleet")
     home = ((head_facts.get("cluster_user_account") or {}).get("home") or extra.get("cluster_user_home")
             or first.get("cluster_user_home") or ("/root" if user == "root" else f"/home/{user}"))
-    workdir = str(extra.get("cluster_user_workdir", f"{home}/torchfleet"))
-    run_id = str(extra.get("run_id") or lp.new_run_id(datetime.now(timezone.utc), secrets.token_hex(3)))
-    shared = as_bool(extra.get("shared_storage", False))
-    log_dir = str(extra.get("log_dir", f"{workdir}/runs"))
-    run_dir = f"{log_dir}/{run_id}"
-    mode = str(extra.get("launch_mode", "torchrun"))
-    ranks, workers = lp.run_log_dirs(run_dir, mode)
-    env_pass = _as_list(extra.get("env_pass"), "env_pass")
+    workdir = request.get("workdir", f"{home}/torchfleet")
+    run_id = request.get("run_id") or lp.new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
+    log_dir = request.get("log_dir") or f"{workdir}/runs"
+    mode = request.get("mode", "torchrun")
+    # The launcher's environment is the head's, unseen from here: PATH is passed as a launch passes it.
+    env_pass = request.get("env_pass", [])
     env_pass += [name for name in ("PATH",) if name not in env_pass]
-    env_set = extra.get("env_set") or {}
-    if not isinstance(env_set, dict):
-        raise RenderError(f"env_set must be a mapping, got {env_set!r}")
-    plan = lp.Plan(
-        nodes=tuple(nodes), head=head, run_id=run_id,
-        script=script if shared else f"{workdir}/scripts/{os.path.basename(script)}",
-        hostfile_path=f"{run_dir}/hostfile", script_args=tuple(script_args), mode=mode,
-        port=_as_int(extra.get("master_port", 29500), "master_port"),
-        python=head_facts.get("python_env_python", "python3"),
+    request.update(
+        head=head, script=script if request.get("shared_storage") else f"{workdir}/scripts/{os.path.basename(script)}",
+        script_args=list(script_args), python=head_facts.get("python_env_python", "python3"),
         torchrun=head_facts.get("python_env_torchrun", "torchrun"),
         # The full paths setup recorded, as the launch role passes them; mpich mode's flavour from
         # -e mpich_launcher, else from what setup read of mpiexec.
         launcher=head_facts.get("mpich_mpiexec" if mode == "mpich" else "openmpi_mpirun"),
-        mpich_launcher=(str(extra.get("mpich_launcher") or head_facts.get("mpich_found_launcher") or "")
-                        or None) if mode == "mpich" else None,
-        log_dir=ranks, node_log_dir=workers,
-        env_pass=tuple(env_pass), env_secrets=tuple(_as_list(extra.get("env_secrets"), "env_secrets")),
-        env_set={str(k): str(v) for k, v in env_set.items()},
-        mpirun_extra_args=tuple(_as_list(extra.get("mpirun_extra_args"), "mpirun_extra_args")),
-        allow_run_as_root=user == "root" and mode != "mpich", tree_spawn=as_bool(extra.get("tree_spawn", False)),
-        # Unset, the renderer's default, which is the role's.
-        silent_node_timeout=_as_int(extra.get("launch_silent_node_timeout", lp.Plan.silent_node_timeout),
-                                    "launch_silent_node_timeout"),
-    )
+        mpich_launcher=(request.get("mpich_launcher") or head_facts.get("mpich_found_launcher") or None)
+        if mode == "mpich" else None,
+        allow_run_as_root=user == "root" and mode != "mpich")
+    plan = lr.resolve(request, nodes, run_id=run_id, run_dir=f"{log_dir}/{run_id}", env_pass=env_pass,
+                      env_secrets=request.get("env_secrets", []),
+                      env_set={str(k): str(v) for k, v in request.get("env_set", {}).items()})
     if batch_nodes:
         import dataclasses
         # Inside an allocation: output in the job's own file, the script where the job starts,

@@ -1,4 +1,5 @@
-"""Run the collection's playbooks (and ad-hoc module calls) through ansible-runner.
+"""Run the collection's playbooks, every one (the doctor's too), and ad-hoc module calls through
+ansible-runner.
 
 Every run gets a fresh private data directory; settings travel as environment variables, extra
 vars on the command line, so nothing of the user's (or a secret) is written to env/ files. The
@@ -136,7 +137,7 @@ class Outcome:
 
 def run(*, playbook: str | None = None, module: str | None = None, module_args: str = "",
         host_pattern: str = "cluster", inventories: list[str], cmdline: list[str],
-        progress: Progress, keep_on_success: bool = False) -> Outcome:
+        progress: Progress, keep_on_success: bool = False, keep_on_failure: bool = True) -> Outcome:
     import ansible_runner  # imported late: `render` and `cluster` never need it
 
     private = Path(tempfile.mkdtemp(prefix="torchfleet-run-"))
@@ -158,7 +159,7 @@ def run(*, playbook: str | None = None, module: str | None = None, module_args: 
     finally:
         (private / "artifacts" / ident / "command").unlink(missing_ok=True)
     rc = result.rc if isinstance(result.rc, int) else 1
-    if rc == 0 and not keep_on_success:
+    if not (keep_on_success if rc == 0 else keep_on_failure):
         shutil.rmtree(private, ignore_errors=True)
         return Outcome(rc, result.status, progress, None)
     return Outcome(rc, result.status, progress, private / "artifacts" / ident)

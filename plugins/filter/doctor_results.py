@@ -26,9 +26,8 @@ options:
     type: str
     required: true
   master_port:
-    description: The rendezvous port.
+    description: The rendezvous port; default the launch's (C(launch_master_port)).
     type: int
-    default: 29500
   unreachable:
     description: Node name to the controller's message for the nodes it could not reach.
     type: dict
@@ -45,7 +44,7 @@ options:
 EXAMPLES = r"""
 - name: Judge the findings
   ansible.builtin.set_fact:
-    doctor_results: "{{ _raw | torchfleet.cluster.doctor_results(head='node0', master_port=29500) }}"
+    doctor_results: "{{ _raw | torchfleet.cluster.doctor_results(head='node0', master_port=doctor_master_port) }}"
 """
 
 RETURN = r"""

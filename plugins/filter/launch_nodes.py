@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import node_slots
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import launch_nodes
 
 DOCUMENTATION = r"""
 name: launch_nodes
@@ -36,16 +36,6 @@ _value:
   type: list
   elements: dict
 """
-
-
-def launch_nodes(node_vars, nproc_per_node) -> list[dict]:
-    nodes = []
-    for facts in node_vars:
-        net = facts["preflight_net"]
-        nodes.append({"name": facts["inventory_hostname"], "address": net["address"],
-                      "interface": net["interface"],
-                      "slots": node_slots(facts.get("preflight_gpu_count"), nproc_per_node)})
-    return nodes
 
 
 class FilterModule:

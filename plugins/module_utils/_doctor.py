@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._host_differences import host_differences
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import DEFAULT_PORT
 
 
 HOST_KEY_MARKERS = ("Host key verification failed", "REMOTE HOST IDENTIFICATION HAS CHANGED",
@@ -390,7 +391,7 @@ def _run_results(raws):
     return out
 
 
-def doctor_results(raws, head, master_port=29500, unreachable=None, known_hosts=(),
+def doctor_results(raws, head, master_port=DEFAULT_PORT, unreachable=None, known_hosts=(),
                    known_hosts_block="torchfleet cluster"):
     if not isinstance(raws, dict):
         raise TypeError("doctor_results expects a mapping of node names to findings")

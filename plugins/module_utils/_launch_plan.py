@@ -113,6 +113,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 MODES = ("torchrun", "rank", "mpich")
+DEFAULT_PORT = 29500  # the rendezvous port on the head when none is given (torchrun's own default)
 MPICH_LAUNCHERS = ("hydra", "pals")
 SHELL = "/bin/sh"
 SHELL_NAME = "torchfleet"  # $0 of the remote sh: names it in its own error messages
@@ -179,7 +180,7 @@ class Plan:
     hostfile_path: str  # where the caller writes `Rendered.hostfile` on the head
     script_args: tuple[str, ...] = ()  # reach the script byte for byte
     mode: str = "torchrun"  # one of MODES
-    port: int = 29500  # rendezvous port / MASTER_PORT
+    port: int = DEFAULT_PORT  # rendezvous port / MASTER_PORT
     nproc_per_node: int | None = None  # torchrun/mpich: workers per node; default: the slots
     python: str = "python3"  # interpreter on the nodes (rank mode)
     torchrun: str = "torchrun"  # torchrun on the nodes (torchrun and mpich modes)
@@ -452,7 +453,7 @@ def validate(plan: Plan) -> None:
     port = plan.port
     if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
         raise PlanError(f"port {port!r} is not usable for rendezvous; give an integer from 1024 "
-                        f"to 65535 (default 29500)")
+                        f"to 65535 (default {DEFAULT_PORT})")
     if not isinstance(plan.run_id, str) or not _RUN_ID.fullmatch(plan.run_id):
         raise PlanError(f"run_id {plan.run_id!r} is not valid; use 1 to 64 characters from "
                         f"letters, digits, '_', '.' and '-'")
@@ -662,7 +663,7 @@ def render(plan: Plan) -> Rendered:
         if plan.log_dir:
             argv += ["--output-filename", plan.log_dir]
         # "[JOB,RANK]<stdout>:" on every line: which node (torchrun mode) or rank (rank mode)
-        # wrote it, so the run's output can be followed per rank (_run_record.shown).
+        # wrote it, so the run's output can be followed per rank (_head.record.shown).
         argv.append("--tag-output")
         if plan.allow_run_as_root:
             argv.append("--allow-run-as-root")

@@ -58,7 +58,7 @@ EXAMPLES = r"""
   torchfleet.cluster.node_probe:
     connect:
       - {key: head, interface: eth0, source: 10.0.0.12, target: 10.0.0.11, port: 22}
-    port: 29500
+    port: 29400
     timeout: 5
 """
 
@@ -81,7 +81,7 @@ port:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import probe
 
 
 def main():
@@ -94,12 +94,12 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    interfaces = _node_probe.ipv4_interfaces()
-    connected = _node_probe.connect_all(params["connect"], interfaces.values(), params["timeout"])
+    interfaces = probe.ipv4_interfaces()
+    connected = probe.connect_all(params["connect"], interfaces.values(), params["timeout"])
     port = None
     if params["port"]:
-        in_use = _node_probe.port_in_use(params["port"])
-        port = {"in_use": in_use, "holders": _node_probe.port_holders(params["port"]) if in_use else []}
+        in_use = probe.port_in_use(params["port"])
+        port = {"in_use": in_use, "holders": probe.port_holders(params["port"]) if in_use else []}
     module.exit_json(changed=False, interfaces=interfaces, connect=connected, port=port)
 
 

@@ -138,7 +138,7 @@ runs:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._run_record import list_runs
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import list_runs
 
 
 def main():

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from torchfleet import localcluster
+from torchfleet import devcluster
 
 REPO = Path(__file__).resolve().parents[2]
 # A name per test session: two sessions side by side (or one beside a CI run on the same Docker)
@@ -75,7 +75,7 @@ class Cluster:
         assert result.returncode == 0, result.stderr
         # The first setup, from scratch: what the controller sends into the cluster's network
         # (the wheels once, ssh, Ansible's modules), for test_setup_cluster to judge.
-        with localcluster.ControllerTraffic(NAME) as traffic:
+        with devcluster.ControllerTraffic(NAME) as traffic:
             rc, output = self.setup()
             self.first_setup_sent = traffic.sent()
         assert rc == 0, output[-3000:]

@@ -15,12 +15,12 @@ import re
 import pytest
 
 from ready_cluster import NODES, recap, run, training_result
-from torchfleet import localcluster
+from torchfleet import devcluster
 
 pytestmark = pytest.mark.cluster
 RUNS = "/home/torchfleet/torchfleet/runs"
 HYDRA = ["-e", "launch_mode=mpich", "-e", "nproc_per_node=2"]
-LEFT = re.compile(r"train|torchrun|hydra_pmi_proxy|mpiexec|_run_supervisor")
+LEFT = re.compile(r"train|torchrun|hydra_pmi_proxy|mpiexec|_head\.supervisor")
 
 
 def node_sh(node, script, user=None):
@@ -150,7 +150,7 @@ def test_hydra_run_past_its_timeout_is_stopped_leaving_nothing(mpich):
 
 
 def test_fsdp_trains_sharded_saves_and_resumes_on_another_world_size(mpich):
-    checkpoint = f"{localcluster.SHARED_MOUNT}/fsdp-{os.getpid()}"
+    checkpoint = f"{devcluster.SHARED_MOUNT}/fsdp-{os.getpid()}"
     common = ["-e", "script=examples/train_fsdp.py"]
     # Six workers, Open MPI's torchrun mode: two epochs, a sharded checkpoint after each.
     rc, output = mpich.launch(*common, "-e", "nproc_per_node=2",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ready_cluster import NAME, NODES, recap, run
-from torchfleet import localcluster
+from torchfleet import devcluster
 
 ENV_PYTHON = "/opt/torchfleet/envs/torchfleet/bin/python"
 NODE_ROOT = "/opt/torchfleet/wheelhouse"
@@ -93,7 +93,7 @@ def test_a_wheel_altered_on_a_node_is_named_and_fetched_again_from_inside_the_cl
     node_sh(NODES[2], f"printf XXXX | dd of={path} bs=1 seek=4096 conv=notrunc 2>/dev/null")
     assert node_hashes(NODES[2])[torch] != wanted[torch]
 
-    with localcluster.ControllerTraffic(NAME) as traffic:
+    with devcluster.ControllerTraffic(NAME) as traffic:
         rc, output = cluster.setup()
         sent = traffic.sent()
     assert rc == 0, output[-3000:]

@@ -10,9 +10,12 @@ import threading
 import time
 
 import pytest
+import yaml
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_record as rr
-from torchfleet import follow
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _head
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import record as rr
+from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_run_info
+from torchfleet import follow, inventory
 
 TORCHRUN = {"nodes": ["n0", "n1", "n2"], "slots": [2, 2, 2], "mode": "torchrun", "nproc": 2}
 RANK = {"nodes": ["n0", "n1"], "slots": [2, 3], "mode": "rank", "nproc": 2}
@@ -135,6 +138,33 @@ def test_follow_without_a_record_says_so(tmp_path):
     assert record["state"] == "unknown" and "no run record" in record["msg"]
 
 
+def test_the_follower_runs_alone_as_the_controller_sends_it(tmp_path):
+    # The torchfleet command runs the file's source with `python3 -S -c` on the head: it must need
+    # nothing but the standard library.
+    rr.write_state(str(tmp_path), running_record(state="succeeded", rc=0))
+    (tmp_path / "launcher.log").write_text("[1,0]<stdout>:[default0]:hello\n")
+    done = subprocess.run([sys.executable, "-S", "-c", _head.source("record"), "print", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}, check=False)
+    lines = done.stdout.splitlines()
+    assert lines[0] == "L hello" and json.loads(lines[1][2:])["state"] == "succeeded", done.stderr
+
+
+def test_a_record_of_an_older_run_reads_with_defaults_and_its_unset_keys_stay_out():
+    record = rr.RunRecord.from_dict({"run_id": "r0", "state": "failed", "rc": 1, "msg": "m",
+                                     "from_a_newer_version": 1})
+    assert (record.run_id, record.rc, record.job_id, record.failed_log_tail, record.scheduler) == (
+        "r0", 1, None, [], "none")
+    assert "job_state" not in record.to_dict()  # an optional key appears once set
+    assert record.updated(job_state="PENDING").to_dict()["job_state"] == "PENDING"
+    with pytest.raises(TypeError):
+        record.updated(no_such_key=1)
+
+
+def test_the_keys_torchfleet_runs_lists_are_documented_keys_of_the_record():
+    documented = set(yaml.safe_load(torchrun_run_info.RETURN)["runs"]["contains"])
+    assert set(rr.RunRecord.keys(rr.LISTED)) <= documented <= set(rr.RunRecord.keys())
+
+
 # ---------------------------------------------------------------------------------------------
 # The controller's side (torchfleet/follow.py)
 # ---------------------------------------------------------------------------------------------
@@ -151,11 +181,11 @@ def test_ssh_argv_follows_the_inventorys_connection_settings():
 
 def test_head_account_reads_head_account_and_log_dir():
     hostvars = {"a": {"torchfleet_head": "b"}, "b": {}}
-    assert follow.head_account(["a", "b"], hostvars, {}) == ("b", "torchfleet", "~torchfleet/torchfleet/runs")
-    head, user, log_dir = follow.head_account(["a", "b"], hostvars, {"log_dir": "/scratch/runs", "cluster_user_name": "ml"})
+    assert inventory.head_account(["a", "b"], hostvars, {}) == ("b", "torchfleet", "~torchfleet/torchfleet/runs")
+    head, user, log_dir = inventory.head_account(["a", "b"], hostvars, {"log_dir": "/scratch/runs", "cluster_user_name": "ml"})
     assert (user, log_dir) == ("ml", "/scratch/runs")
-    with pytest.raises(follow.FollowError, match="torchfleet_head 'c'"):
-        follow.head_account(["a"], {"a": {"torchfleet_head": "c"}}, {})
+    with pytest.raises(inventory.InventoryError, match="torchfleet_head 'c'"):
+        inventory.head_account(["a"], {"a": {"torchfleet_head": "c"}}, {})
 
 
 def test_remote_command_switches_to_the_training_account_only_when_needed():

@@ -1,4 +1,4 @@
-"""Slurm as the launch reads it (module_utils/_slurm), the controller's checks of a Slurm launch
+"""Slurm as the launch reads it (module_utils/_head/slurm.py), the controller's checks of a Slurm launch
 (filter launch_problems), and the allocation's plan (_batch_script.for_allocation): pure logic.
 Slurm itself is driven in tests/integration/test_slurm.py, on a real slurmctld."""
 
@@ -6,37 +6,37 @@ import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.filter.launch_problems import launch_problems
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _batch_script, _launch_plan as lp
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _slurm
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
 
 
 @pytest.mark.parametrize("limit", ["90", "30:00", "01:30:00", "1-0", "2-12:00", "1-00:00:00", "UNLIMITED"])
 def test_time_limits_sbatch_takes(limit):
-    _slurm.check_time_limit(limit)
+    slurm.check_time_limit(limit)
 
 
 @pytest.mark.parametrize("limit", ["0", "00:00:00", "1h", "-5", "1:2:3:4", "soon", "1-", ""])
 def test_time_limits_sbatch_rejects(limit):
-    with pytest.raises(_slurm.SlurmError, match="is not a Slurm time limit"):
-        _slurm.check_time_limit(limit)
+    with pytest.raises(slurm.SlurmError, match="is not a Slurm time limit"):
+        slurm.check_time_limit(limit)
 
 
 @pytest.mark.parametrize("limit, minutes", [("90", 90), ("30:30", 30.5), ("01:30:00", 90), ("1-0", 1440),
                                             ("1-01:30", 1530), ("1-00:00:30", 1440.5), ("INFINITE", None)])
 def test_minutes_read_each_format(limit, minutes):
-    assert _slurm.minutes(limit) == minutes
+    assert slurm.minutes(limit) == minutes
 
 
 def test_scontrol_records_and_exit_codes():
-    info = _slurm.fields("JobId=7 JobName=tf-1 JobState=PENDING Reason=Resources ExitCode=0:0 NodeList=(null)")
+    info = slurm.fields("JobId=7 JobName=tf-1 JobState=PENDING Reason=Resources ExitCode=0:0 NodeList=(null)")
     assert info["JobState"] == "PENDING" and info["Reason"] == "Resources"
-    assert _slurm.returncode({"ExitCode": "3:0"}) == 3
-    assert _slurm.returncode({"ExitCode": "0:15"}) == -15  # ended by SIGTERM, as Popen says it
-    assert _slurm.returncode({"ExitCode": "0:0"}) == 0
+    assert slurm.returncode({"ExitCode": "3:0"}) == 3
+    assert slurm.returncode({"ExitCode": "0:15"}) == -15  # ended by SIGTERM, as Popen says it
+    assert slurm.returncode({"ExitCode": "0:0"}) == 0
 
 
 def test_names_with_shell_characters_are_refused():
-    with pytest.raises(_slurm.SlurmError, match="letters, digits"):
-        _slurm.check_name("gpu;rm -rf", "slurm_partition")
+    with pytest.raises(slurm.SlurmError, match="letters, digits"):
+        slurm.check_name("gpu;rm -rf", "slurm_partition")
 
 
 def test_the_allocation_plan_has_placeholders_and_no_ssh():

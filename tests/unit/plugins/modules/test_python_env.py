@@ -7,7 +7,7 @@ import zipfile
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.filter.host_differences import host_differences
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import probe as _node_probe
 from ansible_collections.torchfleet.cluster.plugins.modules import python_env_sync as sync
 from ansible_collections.torchfleet.cluster.plugins.modules import wheelhouse
 

@@ -26,15 +26,23 @@ import pytest
 import yaml
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
+    RESERVED_ENV,
     Node,
     Plan,
     PlanError,
+    new_run_id,
     render,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe as node_probe
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_start as start
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import fanout, supervisor
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
+    PLAN_FILE,
+    SupervisorPlan,
+    read_state,
+)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import probe as node_probe
 from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_launch as tl
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_report as report
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_supervisor as supervisor
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import report
 
 CAPTURED = Path(__file__).parent / "captured"
 
@@ -331,7 +339,7 @@ def test_the_clean_up_after_a_failed_run_names_what_it_ended_and_the_silent_node
     fake.chmod(0o755)
     nodes = NODES + [Node("w3", "10.0.0.4", 2)]
     started = time.monotonic()
-    ended = supervisor.end_run_on_nodes(nodes, "head", str(fake), "python3", "r1", grace=3, timeout=2)
+    ended = fanout.end_run_on_nodes(nodes, "head", str(fake), "python3", "r1", grace=3, timeout=2)
     assert time.monotonic() - started < 10  # bounded by `timeout`, not by the hung node
     assert json.loads(request.read_text()) == {"stop": {"run_id": "r1", "grace": 3}}
     assert ended == {
@@ -369,7 +377,7 @@ def test_mpirun_rides_ssh_masters_only_where_it_sshes_to_every_node_itself(check
                                                                            monkeypatch):
     for name in ("OMPI_MCA_plm_rsh_args", "OMPI_MCA_plm_rsh_agent"):
         monkeypatch.delenv(name, raising=False)
-    control_dir = tl.ssh_masters(_Module(check_mode, **params))
+    control_dir = start.ssh_masters(_Module(check_mode, **params))
     try:
         assert (control_dir is not None) == shared
         if control_dir:
@@ -383,7 +391,7 @@ def test_mpirun_rides_ssh_masters_only_where_it_sshes_to_every_node_itself(check
 
 def test_an_rsh_option_in_the_environment_keeps_the_masters_off(monkeypatch):
     monkeypatch.setenv("OMPI_MCA_plm_rsh_args", "-p 2222")
-    assert tl.ssh_masters(_Module()) is None
+    assert start.ssh_masters(_Module()) is None
 
 
 def test_closing_the_masters_asks_each_to_exit_and_removes_their_directory(tmp_path):
@@ -394,13 +402,13 @@ def test_closing_the_masters_asks_each_to_exit_and_removes_their_directory(tmp_p
     control_dir = tmp_path / "masters"
     control_dir.mkdir()
     (control_dir / "0123abcd").touch()  # a master's socket
-    supervisor.close_ssh_masters(str(fake), str(control_dir), ["10.0.0.2", "10.0.0.3"])
+    fanout.close_ssh_masters(str(fake), str(control_dir), ["10.0.0.2", "10.0.0.3"])
     assert sorted(calls.read_text().splitlines()) == [
         f"-o ControlPath={control_dir}/%C -O exit 10.0.0.2", f"-o ControlPath={control_dir}/%C -O exit 10.0.0.3"]
     assert not control_dir.exists()
     empty = tmp_path / "none"
     empty.mkdir()
-    supervisor.close_ssh_masters(None, str(empty), ["10.0.0.2"])  # no ssh: nothing to ask
+    fanout.close_ssh_masters(None, str(empty), ["10.0.0.2"])  # no ssh: nothing to ask
     assert not empty.exists()
 
 
@@ -428,19 +436,19 @@ def test_read_tail_of_a_long_log(tmp_path):
 def test_env_pass_adds_path_ld_library_path_and_nccl_when_set():
     environ = {"PATH": "/usr/bin", "LD_LIBRARY_PATH": "/opt/lib", "NCCL_DEBUG": "INFO",
                "NCCL_IB_DISABLE": "1", "HF_HOME": "/data/hf", "OTHER": "x"}
-    names, missing = tl.resolve_env_pass(["HF_HOME"], environ, taken=frozenset())
+    names, missing = start.resolve_env_pass(["HF_HOME"], environ, taken=frozenset())
     assert names == ["HF_HOME", "PATH", "LD_LIBRARY_PATH", "NCCL_DEBUG", "NCCL_IB_DISABLE"]
     assert missing == []
 
 
 def test_env_pass_adds_only_what_is_set():
-    assert tl.resolve_env_pass([], {"PATH": "/bin"}, taken=frozenset()) == (["PATH"], [])
-    assert tl.resolve_env_pass([], {}, taken=frozenset()) == ([], [])
+    assert start.resolve_env_pass([], {"PATH": "/bin"}, taken=frozenset()) == (["PATH"], [])
+    assert start.resolve_env_pass([], {}, taken=frozenset()) == ([], [])
 
 
 def test_env_pass_explicit_names_must_be_set():
-    names, missing = tl.resolve_env_pass(["HF_HOME", "DATA", "HF_HOME"], {"DATA": "/d"},
-                                         taken=frozenset())
+    names, missing = start.resolve_env_pass(["HF_HOME", "DATA", "HF_HOME"], {"DATA": "/d"},
+                                            taken=frozenset())
     assert names == ["HF_HOME", "DATA"]
     assert missing == ["HF_HOME"]
 
@@ -449,8 +457,8 @@ def test_env_pass_leaves_out_what_torchfleet_or_the_user_sets():
     # NCCL_SOCKET_IFNAME comes from the nodes' interfaces; NCCL_DEBUG is in env_set.
     environ = {"PATH": "/bin", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "WARN",
                "NCCL_ALGO": "Ring"}
-    taken = tl.RESERVED_ENV | {"NCCL_DEBUG"}
-    names, missing = tl.resolve_env_pass([], environ, taken)
+    taken = RESERVED_ENV | {"NCCL_DEBUG"}
+    names, missing = start.resolve_env_pass([], environ, taken)
     assert names == ["PATH", "NCCL_ALGO"]
     plan = Plan(nodes=(Node("a", "10.0.0.1", 1, "eth0"),), head="a", script="t.py", run_id="r",
                 hostfile_path="/tmp/h", env_pass=tuple(names), env_set={"NCCL_DEBUG": "INFO"})
@@ -461,7 +469,7 @@ def test_launcher_env_keeps_little_of_the_module_environment():
     environ = {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C.UTF-8",
                "OMPI_MCA_plm_rsh_agent": "ssh", "ANSIBLE_MODULE_ARGS": "x",
                "PYTHONPATH": "/tmp/ansible", "HF_HOME": "/hf", "RANDOM_VAR": "1"}
-    env = tl.launcher_env(environ, {"HF_HOME"}, {"TORCHFLEET_RUN_ID": "r"}, {"TOKEN": "s"})
+    env = start.launcher_env(environ, {"HF_HOME"}, {"TORCHFLEET_RUN_ID": "r"}, {"TOKEN": "s"})
     assert env == {"PATH": "/bin", "HOME": "/root", "LC_ALL": "C.UTF-8",
                    "OMPI_MCA_plm_rsh_agent": "ssh", "HF_HOME": "/hf", "TORCHFLEET_RUN_ID": "r",
                    "TOKEN": "s"}
@@ -472,7 +480,7 @@ def test_launcher_env_keeps_little_of_the_module_environment():
 # ---------------------------------------------------------------------------------------------
 
 def test_new_run_id_shape_and_renderer_accepts_it():
-    run_id = tl.new_run_id(datetime(2026, 11, 21, 10, 15, 2), "ab12cd")
+    run_id = new_run_id(datetime(2026, 11, 21, 10, 15, 2), "ab12cd")
     assert run_id == "tf-20261121-101502-ab12cd"
     plan = Plan(nodes=(Node("a", "10.0.0.1", 1),), head="a", script="t.py", run_id=run_id,
                 hostfile_path="/tmp/h")
@@ -540,7 +548,7 @@ def test_argument_spec_matches_documentation():
     suboptions = options["nodes"]["suboptions"]
     assert {name: (doc["type"], doc.get("required", False)) for name, doc in suboptions.items()} \
         == {name: (spec["type"], spec.get("required", False))
-            for name, spec in tl.NODE_OPTIONS.items()}
+            for name, spec in tl.ARGUMENT_SPEC["nodes"]["options"].items()}
     assert tl.ARGUMENT_SPEC["env_secrets"]["no_log"] is True
 
 
@@ -608,7 +616,7 @@ def test_the_probes_stop_ends_that_run_alone_and_names_what_it_ended():
 def test_the_probe_runs_alone_as_the_head_sends_it(tmp_path):
     # The head runs the file's source with `python -c` on the other nodes: it must need nothing
     # but the standard library, and answer JSON for the JSON request on stdin.
-    argv = shlex.split(supervisor.probe_command(sys.executable))
+    argv = shlex.split(fanout.probe_command(sys.executable))
     assert argv[:3] == [sys.executable, "-S", "-c"]
     target = tmp_path / "t.py"
     done = subprocess.run(argv, input=json.dumps({"expect": {str(target): "0" * 40}}),
@@ -619,3 +627,45 @@ def test_the_probe_runs_alone_as_the_head_sends_it(tmp_path):
     assert json.loads(alive.stdout) == {}  # the silent-node check: an answer, nothing scanned
     broken = subprocess.run(argv, input="not json", capture_output=True, text=True, timeout=60, check=False)
     assert "error" in json.loads(broken.stdout)
+
+
+# ---------------------------------------------------------------------------------------------
+# The head package, as the module sends and starts it
+# ---------------------------------------------------------------------------------------------
+
+# The keys of a finished run's state.json (one node, no scheduler) as the supervisor has always
+# written them: readers of old and new runs see the same record.
+FINISHED_RUN_KEYS = {
+    "run_id", "state", "rc", "duration", "command", "nodes", "slots", "head", "mode", "nproc",
+    "world_size", "started", "started_at", "ended", "log_dir", "launcher_log", "scheduler", "job_id",
+    "supervisor_pid", "supervisor_start", "boot_id", "launcher_pid", "timed_out", "failed_rank",
+    "failed_host", "failed_exit_code", "failed_log", "failed_log_tail", "msg", "warnings",
+    "stdout_tail", "rank0_tail"}
+
+
+def test_the_head_package_lists_each_of_its_files():
+    here = Path(_head.__file__).parent
+    assert sorted(_head.FILES) == sorted(path.stem for path in here.glob("*.py"))
+
+
+def test_the_supervisor_runs_from_its_copy_in_the_run_directory(tmp_path):
+    run_dir = tmp_path / "tf-unit-supervised"
+    (run_dir / "supervisor").mkdir(parents=True)
+    package = start.copy_head_package(str(run_dir / "supervisor"))
+    assert package == str(run_dir / "supervisor" / "_head")
+    paths = {"run": str(run_dir), "launcher": str(run_dir / "launcher.log"), "ranks": "", "workers": ""}
+    plan = SupervisorPlan(
+        run_id=run_dir.name, argv=[sys.executable, "-c", "import os; print(os.getcwd())"], cwd=None,
+        command="print the directory", nodes=[{"name": "here", "address": "127.0.0.1", "slots": 1}],
+        head="here", mode="rank", nproc=1, world_size=1, python=sys.executable, ssh=None,
+        check_nodes=False, control_dir=None, launch_timeout=0, stop_grace=1, paths=paths)
+    (run_dir / PLAN_FILE).write_text(plan.to_json())
+    env = {"PATH": os.environ["PATH"], node_probe.RUN_ID_VAR: run_dir.name, node_probe.SUPERVISOR_VAR: run_dir.name}
+    proc = supervisor.start(sys.executable, package, str(run_dir), env)
+    assert proc.wait(timeout=60) == 0, (run_dir / "supervisor.log").read_text()
+    assert proc.args[1:4] == ["-S", "-m", "_head.supervisor"]
+    record = read_state(str(run_dir))
+    assert (record["state"], record["rc"], record["msg"]) == ("succeeded", 0, f"run {run_dir.name} succeeded")
+    assert set(record) == FINISHED_RUN_KEYS
+    # The launcher starts in the run's directory where the plan names none.
+    assert os.path.realpath((run_dir / "launcher.log").read_text().strip()) == os.path.realpath(run_dir)

@@ -1,4 +1,6 @@
-"""A local cluster of containers that stands in for a handful of GPU machines.
+"""A local cluster of containers that stands in for a handful of GPU machines: a tool for trying
+torchfleet and for its tests, apart from the product (`torchfleet cluster up/down/image/status`).
+The node images are built from node/ beside this file.
 
 Every node runs a real sshd with its own host keys, sits on one user-defined Docker network and
 carries a `docker0` bridge with the same address as every other node (the trap real Docker hosts
@@ -113,7 +115,7 @@ def ensure_engine(wait_seconds: int = 90) -> None:
 
 
 def _recipe_files(names=("Dockerfile", "node-init")) -> dict[str, bytes]:
-    node = resources.files("torchfleet") / "node"
+    node = resources.files(__name__) / "node"
     return {name: (node / name).read_bytes() for name in names}
 
 

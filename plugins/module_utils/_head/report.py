@@ -1,8 +1,8 @@
 """What a run's logs say: its exit status, the first rank that failed and where, and the words a
 user reads about it.
 
-Used by the launch module and by the run's supervisor on the head (which runs this file outside
-Ansible), so it imports only the standard library and its two siblings that do the same.
+Used by the launch module and by the run's supervisor on the head (outside Ansible), so it imports
+only the standard library and its package.
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ import os
 import re
 import signal
 
-try:
-    from ansible_collections.torchfleet.cluster.plugins.module_utils import _node_probe, _run_record
-except ImportError:  # run as a file on the head, beside the files it needs (see _run_supervisor)
-    import _node_probe  # type: ignore[no-redef]
-    import _run_record  # type: ignore[no-redef]
+from .probe import log_tail, read_end
+from .record import slot_owner, untagged
 
 STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop)"
 TAIL_LINES = 20
@@ -151,7 +148,7 @@ def rank_node(rank: int, order, mode: str) -> str | None:
     with one process per node the MPI rank is the node's index."""
     if mode != "rank":
         return order[rank].name if 0 <= rank < len(order) else None
-    index = _run_record.slot_owner(rank, [node.slots for node in order])
+    index = slot_owner(rank, [node.slots for node in order])
     return order[index].name if index is not None else None
 
 
@@ -195,7 +192,7 @@ def timeout_message(run_id, timeout, grace, silent, run_dir) -> str:
 
 
 def read_tail(path: str, lines: int = TAIL_LINES) -> list[str]:
-    return _run_record.untagged(tail(_node_probe.read_end(path, 256 * 1024), lines))
+    return untagged(tail(read_end(path, 256 * 1024), lines))
 
 
 def rank0_tail(mode: str, paths) -> list[str]:
@@ -204,13 +201,13 @@ def rank0_tail(mode: str, paths) -> list[str]:
         pattern = os.path.join(paths["ranks"], "*", "rank.0", "stdout")
     else:
         pattern = os.path.join(paths["workers"], "*", "attempt_*", "0", "stdout.log")
-    return _run_record.untagged(_node_probe.log_tail(pattern, TAIL_LINES)["lines"])
+    return untagged(log_tail(pattern, TAIL_LINES)["lines"])
 
 
 def head_log(order):
     """A `read_log` that reads the head's own files and nothing of the other nodes."""
     def read(host, pattern):
-        found = _node_probe.log_tail(pattern, TAIL_LINES) if host == order[0].name else {}
+        found = log_tail(pattern, TAIL_LINES) if host == order[0].name else {}
         return found.get("path"), found.get("lines", [])
     return read
 
@@ -234,7 +231,7 @@ def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dic
             # Hydra names the node, not the rank: its torchrun ended without a worker's summary.
             return {"failed_rank": None, "failed_host": node_named(hydra["host"], order),
                     "failed_exit_code": hydra["exit_code"], "failed_log": paths["launcher"],
-                    "failed_log_tail": _run_record.untagged(tail(text))}
+                    "failed_log_tail": untagged(tail(text))}
         failure = parse_mpirun_failure(text)
         if not failure:
             # No process failed as far as Open MPI knows, but a whole node may be gone: that node
@@ -242,23 +239,23 @@ def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dic
             lost = parse_lost_daemon(text)
             return {"failed_rank": None, "failed_host": node_named(lost, order) if lost else None,
                     "failed_exit_code": None, "failed_log": paths["launcher"],
-                    "failed_log_tail": _run_record.untagged(tail(text))}
+                    "failed_log_tail": untagged(tail(text))}
         host = rank_node(failure["rank"], order, mode) or failure["host"]
         if mode != "rank":
             # A per-node launcher (torchrun) failed without a worker failure summary: report
             # the node; there is no worker rank to name.
             return {"failed_rank": None, "failed_host": host, "failed_exit_code": failure["exit_code"],
-                    "failed_log": paths["launcher"], "failed_log_tail": _run_record.untagged(tail(text))}
+                    "failed_log": paths["launcher"], "failed_log_tail": untagged(tail(text))}
         pattern = f"{paths['ranks']}/*/rank.{failure['rank']}/stderr"
     found, lines = read_log(host, pattern)
     head, stream, rest = pattern.rpartition("stderr")
     if not lines and head:  # nothing on stderr (an exit without a traceback): its stdout says more
         found_out, lines = read_log(host, head + "stdout" + rest)
         found = found_out if lines else found
-    lines = _run_record.untagged(lines)
+    lines = untagged(lines)
     return {"failed_rank": failure["rank"], "failed_host": host,
             "failed_exit_code": failure["exit_code"],
-            "failed_log": found or pattern, "failed_log_tail": lines or _run_record.untagged(tail(text))}
+            "failed_log": found or pattern, "failed_log_tail": lines or untagged(tail(text))}
 
 
 def failure_message(run_id, rc, failure, paths) -> str:

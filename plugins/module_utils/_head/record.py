@@ -1,13 +1,16 @@
-"""A run's record on the head, and its output as it is written.
+"""A run's record on the head, the supervisor's plan, and the run's output as it is written.
 
 Each run has a directory on the head (`log_dir/RUN_ID`). Its supervisor keeps `state.json`
-there: run id, command, nodes, world size, started, state, rc, duration, the failure's details.
-It is replaced whole (write, then rename), so a reader never sees half a record. A record that
-says `running` while its supervisor is gone (killed, OOM, the head rebooted) reads as `lost`.
+there (a RunRecord): run id, command, nodes, world size, started, state, rc, duration, the
+failure's details. It is replaced whole (write, then rename), so a reader never sees half a
+record. A record that says `running` while its supervisor is gone (killed, OOM, the head
+rebooted) reads as `lost`. Beside it, `run.json` (a SupervisorPlan) is what the launch module
+told the supervisor to run.
 
-The launch module, the supervisor and torchrun_run_info import this file; the torchfleet
-command runs it on the head over ssh (`python3 -S -c <this file> follow RUN_DIR`) to stream a
-run's output and to wait for its end. So it imports only the standard library.
+The launch module, the supervisor, torchrun_run_info and the torchfleet command import this
+file; the torchfleet command also runs it on the head over ssh (`python3 -S -c <this file> follow
+RUN_DIR`) to stream a run's output and to wait for its end. So it imports only the standard
+library, and nothing of its package.
 """
 
 from __future__ import annotations
@@ -17,14 +20,136 @@ import os
 import re
 import sys
 import time
+from dataclasses import asdict, dataclass, field, fields, replace
 
 STATE_FILE = "state.json"
+PLAN_FILE = "run.json"
 LAUNCHER_LOG = "launcher.log"
 ENDED = ("succeeded", "failed", "stopped", "timed_out")
 # The follower's lines on stdout: "L <output line>" while the run goes on, "S <status>" when a
 # scheduler's job changes state (pending and why, running), "E <record>" once.
 LINE, STATUS, END = "L ", "S ", "E "
 POLL = 0.05  # seconds between looks at a quiet log: a written line is shown within about this
+
+
+# Where a key of the record is shown besides state.json and torchrun_run_info: in the launch
+# module's result (RESULT), in `torchfleet runs --json` (LISTED), in the --json end report of
+# `torchfleet launch`, `wait` and `logs -f` (REPORTED).
+RESULT, LISTED, REPORTED = "result", "listed", "reported"
+
+
+def _shown(*views, optional=False) -> dict:
+    """A key's metadata: the views it is shown in, and whether it is left out of state.json
+    while unset (None)."""
+    return {"shown": views, "optional": optional}
+
+
+def _known(cls, data: dict) -> dict:
+    """The items of `data` that are fields of the dataclass `cls` (a newer version's extra keys
+    are left out; missing ones take their defaults)."""
+    names = {key.name for key in fields(cls)}
+    return {key: value for key, value in data.items() if key in names}
+
+
+@dataclass
+class RunRecord:
+    """A run's record (state.json): written by its supervisor, read by the launch module,
+    torchrun_run_info and the torchfleet command. Its keys are these fields; the optional ones
+    appear once the run has them (a Slurm job's state, the end's tails and clean-up)."""
+    run_id: str | None = field(default=None, metadata=_shown(LISTED, REPORTED))
+    state: str = field(default="running", metadata=_shown(RESULT, LISTED, REPORTED))  # then ENDED, lost
+    rc: int | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
+    started: str | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
+    ended: str | None = field(default=None, metadata=_shown(RESULT, LISTED))
+    duration: float | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
+    world_size: int | None = field(default=None, metadata=_shown(LISTED, REPORTED))
+    nodes: list = field(default_factory=list, metadata=_shown(LISTED))  # names, in rank order
+    command: str | None = field(default=None, metadata=_shown(REPORTED))
+    failed_rank: int | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
+    failed_host: str | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
+    failed_exit_code: int | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
+    failed_log: str | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
+    failed_log_tail: list = field(default_factory=list, metadata=_shown(RESULT, REPORTED))
+    log_dir: str | None = field(default=None, metadata=_shown(LISTED, REPORTED))
+    msg: str | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
+    scheduler: str = field(default="none", metadata=_shown(LISTED))
+    job_id: str | None = field(default=None, metadata=_shown(RESULT, LISTED))
+    job_state: str | None = field(default=None, metadata=_shown(LISTED, optional=True))
+    job_reason: str | None = field(default=None, metadata=_shown(LISTED, optional=True))
+    batch_host: str | None = field(default=None, metadata=_shown(LISTED, optional=True))
+    job_nodes: list | None = field(default=None, metadata=_shown(optional=True))
+    # The run's shape, which labels each line of its output (see `labelled`).
+    slots: list = field(default_factory=list)
+    head: str | None = None
+    mode: str | None = None
+    nproc: int | None = None
+    started_at: float = 0.0  # sorts the runs
+    launcher_log: str | None = None
+    # Who holds the run: a live supervisor (this pid, started then, this boot) means running.
+    supervisor_pid: int | None = None
+    supervisor_start: int | None = None
+    boot_id: str | None = None
+    launcher_pid: int | None = None
+    # Its end.
+    timed_out: bool = field(default=False, metadata=_shown(RESULT))
+    warnings: list | None = field(default=None, metadata=_shown(optional=True))
+    stdout_tail: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
+    rank0_tail: list | None = field(default=None, metadata=_shown(RESULT, REPORTED, optional=True))
+    stopped_on_nodes: dict | None = field(default=None, metadata=_shown(RESULT, optional=True))
+    silent_nodes: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
+    survivors: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
+
+    @classmethod
+    def keys(cls, shown_in: str | None = None) -> tuple:
+        """The record's keys, in this order; only those shown in `shown_in` if given."""
+        return tuple(key.name for key in fields(cls)
+                     if shown_in is None or shown_in in key.metadata.get("shown", ()))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunRecord:
+        """A record as read from state.json (read_state): a key an older record lacks has its
+        default."""
+        return cls(**_known(cls, data))
+
+    def to_dict(self) -> dict:
+        """As state.json holds it: every key, but an optional one only once set."""
+        return {key.name: getattr(self, key.name) for key in fields(self)
+                if not (key.metadata.get("optional") and getattr(self, key.name) is None)}
+
+    def updated(self, **changes) -> RunRecord:
+        """A copy with `changes`; a key the record does not have is an error (TypeError)."""
+        return replace(self, **changes)
+
+
+@dataclass
+class SupervisorPlan:
+    """What the launch module tells a run's supervisor to do (run.json, no secret in it)."""
+    run_id: str
+    argv: list  # the launcher's, or sbatch's
+    cwd: str | None  # chdir; None: the run's directory
+    command: str
+    nodes: list  # [{name, address, slots, interface}] in rank order
+    head: str
+    mode: str
+    nproc: int
+    world_size: int
+    python: str  # the probe's interpreter on every node
+    ssh: str | None
+    check_nodes: bool  # whether the other nodes take ssh from the head (not PALS)
+    control_dir: str | None  # the ssh masters mpirun rides; the supervisor closes them
+    launch_timeout: int
+    stop_grace: int
+    paths: dict  # {run, launcher, ranks, workers}
+    scheduler: str = "none"
+    sbatch: list | None = None
+
+    @classmethod
+    def read(cls, run_dir: str) -> SupervisorPlan:
+        with open(os.path.join(run_dir, PLAN_FILE), encoding="utf-8") as handle:
+            return cls(**_known(cls, json.load(handle)))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
 
 
 def boot_id() -> str:

@@ -1,0 +1,107 @@
+"""The head's ssh to the other nodes, in parallel: the probe's questions (probe_nodes), the end
+of a run's leftovers after it failed or was stopped (end_run_on_nodes), and the OpenSSH masters a
+launch keeps open to them (close_ssh_masters). Used by the launch module for its checks and by
+the run's supervisor for its clean-up; standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+from . import source
+from .probe import probe
+
+# The head's checks of the other nodes: seconds for one node to answer, and how many at once
+# (each ssh holds three pipes; 64 stays far from a 1024 file limit).
+PROBE_TIMEOUT = 20
+PROBE_FANOUT = 64
+# Seconds an ssh master outlives its last session: it ends by itself if nobody closes it.
+MASTER_PERSIST = 60
+
+
+def probe_command(python: str) -> str:
+    # ssh hands the remote side one command line, quoted here; the request travels on stdin.
+    # -S: the probe needs the standard library alone, not the environment's site-packages.
+    return shlex.join([python, "-S", "-c", source("probe")])
+
+
+def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
+                timeout: int = PROBE_TIMEOUT, connect_timeout: int | None = None,
+                control_dir: str | None = None) -> dict:
+    """The probe's answer to each node's request, {name: answer}: here for the head, over the
+    cluster's ssh for the others, as the training account, the way mpirun reaches them. A node
+    that does not answer within `timeout` seconds (or connect within `connect_timeout`, half of
+    it by default) gets {"error": ...}. In parallel, at most PROBE_FANOUT at once: the slowest
+    node bounds the wait. With `control_dir`, each connection stays open as an OpenSSH master
+    there (see _launch_start.ssh_masters), for the next probe and for mpirun."""
+    connect_timeout = connect_timeout or max(1, timeout // 2)
+    sharing = ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%C",
+               "-o", f"ControlPersist={MASTER_PERSIST}"] if control_dir else []
+    remote = probe_command(python) if any(node.name != head for node in nodes) else None
+
+    def ask(node):
+        if node.name == head:
+            try:
+                return probe(requests[node.name])
+            except OSError as err:
+                return {"error": str(err)}
+        argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}", *sharing,
+                node.address, remote]
+        try:
+            done = subprocess.run(argv, input=json.dumps(requests[node.name]),
+                                  capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return {"error": f"no answer within {timeout} s"}
+        try:
+            return json.loads(done.stdout)
+        except ValueError:
+            lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            return {"error": lines[-1] if lines else f"ssh exited {done.returncode}"}
+    if not nodes:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(nodes))) as pool:
+        return dict(zip((node.name for node in nodes), pool.map(ask, nodes)))
+
+
+def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace: int,
+                     timeout: int | None = None) -> dict:
+    """End what is left of `run_id` on every node but the head (which the module swept itself),
+    over the cluster's ssh, as `launch_action=stop` would: TERM, `grace` seconds, KILL. Returns
+    {"stopped": {name: [pids]}, "survivors": {name: [pids]}, "silent": [{name, address, error}]}.
+    A node that does not answer within 5 s of connecting is silent: a node cut off from the
+    network makes no rank fail, the others wait for it in a collective until mpirun gives up its
+    daemon (silent_node_timeout) or launch_timeout, and only this tells which node it was."""
+    others = [node for node in nodes if node.name != head]
+    stop = {"stop": {"run_id": run_id, "grace": grace}}
+    # A node's stop takes at most grace + 10 s (the wait after KILL), and a moment to scan.
+    answers = probe_nodes(others, head, ssh, python, {node.name: stop for node in others},
+                          timeout=timeout or grace + 20, connect_timeout=5)
+    ended = {"stopped": {}, "survivors": {}, "silent": []}
+    for node in others:
+        answer = answers[node.name]
+        if "error" in answer:
+            ended["silent"].append({"name": node.name, "address": node.address, "error": answer["error"]})
+            continue
+        for key in ("stopped", "survivors"):
+            if answer[key]:
+                ended[key][node.name] = [proc["pid"] for proc in answer[key]]
+    return ended
+
+
+def close_ssh_masters(ssh: str, control_dir: str, addresses) -> None:
+    """End the masters in `control_dir` (a run's sessions are over by now) and remove it."""
+    if ssh and addresses and os.path.isdir(control_dir) and os.listdir(control_dir):
+        def close(address):
+            try:
+                subprocess.run([ssh, "-o", f"ControlPath={control_dir}/%C", "-O", "exit", address],
+                               capture_output=True, timeout=10, check=False)
+            except subprocess.TimeoutExpired:
+                pass  # it ends by itself MASTER_PERSIST seconds after its last session
+        with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(addresses))) as pool:
+            list(pool.map(close, addresses))
+    shutil.rmtree(control_dir, ignore_errors=True)

@@ -1,0 +1,319 @@
+"""A run's supervisor: on the head, it owns the launcher for the whole run, outliving whatever
+started it (the launch module, Ansible, the controller, its connection).
+
+The launch module writes the run's plan (`run.json`, a SupervisorPlan, no secret in it) and this
+package into the run's directory (`supervisor/_head/`), then starts `python3 -S -m
+_head.supervisor RUN_DIR` from `supervisor/`, in a session of its own with the launcher's
+environment. From then on the supervisor does what follows a start, watched or not: it starts the
+launcher, enforces launch_timeout, stops the run on SIGTERM (`launch_action=stop`, `torchfleet
+stop`, Ctrl-C in `torchfleet launch`), names the first rank that failed and quotes its own log
+from the node it ran on, ends what is left of a failed, timed-out or stopped run on every node
+over the cluster's ssh, and keeps the run's record (state.json, a RunRecord) up to date. Standard
+library only: it runs outside Ansible.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from types import SimpleNamespace
+
+from . import report, slurm
+from .fanout import PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes
+from .probe import SUPERVISOR_VAR, end_run, read_end
+from .record import RunRecord, SupervisorPlan, boot_id, process_start, write_state
+
+
+class _Stop:
+    """SIGTERM or SIGINT: stop the run (recorded here, acted on by the wait loop)."""
+    signum = None
+
+    @classmethod
+    def handler(cls, signum, _frame):
+        cls.signum = signum
+
+
+def stop_launcher(proc, run_id: str, grace: int) -> list[dict]:
+    """TERM the launcher's group (mpirun forwards it to every rank on every node), KILL after
+    `grace`, then stop whatever of the run is left here: local ranks and torchrun workers run in
+    process groups of their own and outlive a killed mpirun. Returns what survived SIGKILL."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+    return end_run(run_id, grace)[1]
+
+
+def launcher_env() -> dict:
+    """The launcher's environment: the supervisor's, without the mark that makes it one."""
+    env = dict(os.environ)
+    env.pop(SUPERVISOR_VAR, None)
+    return env
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def new_record(plan: SupervisorPlan) -> RunRecord:
+    """The record of a run that is starting: what `torchfleet runs` and torchrun_run_info show."""
+    return RunRecord(
+        run_id=plan.run_id, command=plan.command, nodes=[node["name"] for node in plan.nodes],
+        slots=[node["slots"] for node in plan.nodes], head=plan.head, mode=plan.mode,
+        nproc=plan.nproc, world_size=plan.world_size, started=now_iso(), started_at=time.time(),
+        log_dir=plan.paths["run"], launcher_log=plan.paths["launcher"], scheduler=plan.scheduler,
+        supervisor_pid=os.getpid(), supervisor_start=process_start(os.getpid()), boot_id=boot_id(),
+        msg=f"run {plan.run_id} is running")
+
+
+class SlurmJob:
+    """The run's Slurm job, waited for as a Popen is (wait, returncode); its record follows the
+    job's state and Slurm's reason while it is pending."""
+    POLL = 0.5  # seconds between two questions to slurmctld
+
+    def __init__(self, run):
+        self.run, self.job_id, self.info, self.returncode = run, None, {}, None
+        self.pid, self.started, self._next = None, False, 0.0
+
+    def submit(self, env: dict) -> None:
+        self.job_id = slurm.submit(self.run.plan.sbatch, env, self.run.plan.cwd)
+        self.run.save(job_id=self.job_id, job_state="PENDING",
+                      msg=f"run {self.run.plan.run_id} is Slurm job {self.job_id}, submitted")
+
+    def wait(self, timeout: float):
+        now = time.monotonic()
+        if now < self._next:
+            time.sleep(min(timeout, self._next - now))
+            raise subprocess.TimeoutExpired("scontrol", timeout)
+        self._next = now + self.POLL
+        info = slurm.job(self.job_id)
+        if info is None:  # Slurm forgot the job (MinJobAge): it ended, how is not known
+            self.returncode = 1
+            return self.returncode
+        if info:
+            self.update(info)
+            if info.get("JobState") in slurm.ENDED:
+                self.returncode = slurm.returncode(info)
+                return self.returncode
+        raise subprocess.TimeoutExpired("scontrol", timeout)
+
+    def update(self, info: dict) -> None:
+        state, reason = info.get("JobState"), info.get("Reason")
+        if (state, reason) == (self.info.get("JobState"), self.info.get("Reason")):
+            return
+        self.info = info
+        changes = {"job_state": state, "job_reason": reason,
+                   "msg": f"run {self.run.plan.run_id} is Slurm job {self.job_id}: {state}"
+                          + (f" ({reason})" if reason and reason != "None" else "")}
+        # Started: running now, or ended after running a while (a pending job cancelled never was).
+        ran = state in ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED") or (
+            state in slurm.ENDED and info.get("RunTime", "00:00:00") != "00:00:00")
+        if ran and not self.started:
+            self.started = True
+            changes.update(batch_host=info.get("BatchHost"), job_nodes=slurm.hostnames(info.get("NodeList", "")))
+            changes.update(self.run.nodes_of_allocation(changes["job_nodes"]))
+        self.run.save(**changes)
+
+    def cancel(self, grace: int) -> None:
+        """scancel, then wait until Slurm says the job is over (its KillWait, and a margin)."""
+        slurm.cancel(self.job_id)
+        deadline = time.monotonic() + grace + 60
+        while time.monotonic() < deadline:
+            try:
+                self.wait(1)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        self.returncode = -signal.SIGKILL
+
+
+class Run:
+    """One run, from the plan the launch module wrote into its directory."""
+
+    def __init__(self, run_dir: str):
+        self.plan = SupervisorPlan.read(run_dir)
+        self.run_dir = run_dir
+        self.nodes = [SimpleNamespace(**node) for node in self.plan.nodes]
+        self.record = new_record(self.plan)
+
+    def save(self, **changes) -> None:
+        self.record = self.record.updated(**changes)
+        write_state(self.run_dir, self.record.to_dict())
+
+    def ask(self, nodes, requests: dict, **kwargs) -> dict:
+        plan = self.plan
+        return probe_nodes(nodes, plan.head, plan.ssh, plan.python, requests,
+                           control_dir=plan.control_dir, **kwargs)
+
+    def read_log(self, host: str, pattern: str):
+        """(path, last lines) of a log on the node that wrote it; (None, []) where unreachable."""
+        node = next((node for node in self.nodes if node.name == host), None)
+        if node is None or (node.name != self.plan.head and not self.plan.check_nodes):
+            return None, []
+        request = {"tail": {"pattern": pattern, "lines": report.TAIL_LINES}}
+        answer = self.ask([node], {host: request}, timeout=PROBE_TIMEOUT, connect_timeout=5)[host]
+        found = answer.get("tail") or {}
+        return found.get("path"), found.get("lines", [])
+
+    def nodes_of_allocation(self, names: list[str]) -> dict:
+        """The inventory's nodes in the allocation's order (where each Slurm node name resolves to
+        a node's address), so ranks are named by the node they ran on; {} where they do not map."""
+        by_address = {node.address: node for node in self.nodes}
+        try:
+            order = [by_address.get(socket.gethostbyname(name)) for name in names]
+        except OSError:
+            return {}
+        if not names or None in order:
+            return {}
+        self.nodes = order
+        return {"nodes": [node.name for node in order], "slots": [node.slots for node in order]}
+
+    def start(self):
+        plan, paths = self.plan, self.plan.paths
+        env = launcher_env()
+        log = os.open(paths["launcher"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        try:
+            # A session of its own: one killpg reaches the launcher and what it started here.
+            return subprocess.Popen(plan.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True, cwd=plan.cwd)
+        finally:
+            os.close(log)
+
+    def supervise(self) -> RunRecord:
+        plan, paths, run_id = self.plan, self.plan.paths, self.plan.run_id
+        grace, timeout = plan.stop_grace, plan.launch_timeout
+        slurm_job = plan.scheduler == "slurm"
+        self.save()
+        try:
+            if slurm_job:
+                proc = SlurmJob(self)
+                proc.submit(launcher_env())
+            else:
+                proc = self.start()
+        except (OSError, subprocess.SubprocessError, slurm.SlurmError) as err:
+            self.save(state="failed", rc=127, ended=now_iso(), duration=0.0,
+                      msg=f"cannot start {plan.argv[0]}: {err}" if not slurm_job else str(err))
+            return self.record
+        started = time.monotonic()
+        self.save(launcher_pid=proc.pid)
+        timed_out, survivors, warnings = False, [], []
+        while True:
+            try:
+                proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            timed_out = bool(timeout) and time.monotonic() - started >= timeout
+            if timed_out or _Stop.signum is not None:
+                if slurm_job:
+                    waiting = (proc.info.get("JobState"), proc.info.get("Reason"))  # before scancel
+                    proc.cancel(grace)
+                    survivors = end_run(run_id, grace)[1]
+                else:
+                    survivors = stop_launcher(proc, run_id, grace)
+                break
+        if not (timed_out or _Stop.signum):
+            # The launcher is gone; nothing of the run should be left on the head.
+            leftovers, survivors = end_run(run_id, grace)
+            if leftovers:
+                warnings.append(f"{len(leftovers)} process(es) of run {run_id} outlived the "
+                                f"launcher on the head and were stopped")
+        rc = report.exit_status(proc.returncode)
+        result = {"rc": rc, "duration": round(time.monotonic() - started, 3), "timed_out": timed_out,
+                  "warnings": warnings, "stdout_tail": report.read_tail(paths["launcher"]),
+                  "rank0_tail": report.rank0_tail(plan.mode, paths)}
+        # After a run that failed or was stopped, nothing of it may stay on any node. Open MPI
+        # ends the ranks it started, but torchrun's workers, in process groups of their own, can
+        # outlive a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false).
+        ended = None
+        if (rc != 0 or timed_out or _Stop.signum) and plan.check_nodes and len(self.nodes) > 1:
+            ended = end_run_on_nodes(self.nodes, plan.head, plan.ssh, plan.python, run_id, grace)
+            result.update(stopped_on_nodes=ended["stopped"],
+                          silent_nodes=[node["name"] for node in ended["silent"]])
+        left = report.cleanup_message(ended, name_silent=not timed_out) if ended else ""
+        if timed_out:
+            # Which nodes still answer tells a node gone silent from a run that hung by itself.
+            silent = ended["silent"] if ended else None
+            state = "timed_out"
+            msg = report.timeout_message(run_id, timeout, grace, silent, paths["run"]) + left
+            if slurm_job and not proc.started:
+                msg = (f"Slurm job {proc.job_id} of run {run_id} never started within launch_timeout "
+                       f"({timeout} s): it stayed {waiting[0]} ({waiting[1]}), and was cancelled")
+        elif _Stop.signum:
+            state = "stopped"
+            msg = (f"run {run_id} was stopped ({signal.Signals(_Stop.signum).name} to its "
+                   f"supervisor: launch_action=stop, torchfleet stop or Ctrl-C); logs under {paths['run']}{left}")
+        elif rc != 0:
+            state = "failed"
+            failure = report.describe_failure(
+                read_end(paths["launcher"]), self.nodes, plan.mode, paths, plan.nproc,
+                read_log=self.read_log)
+            result.update(failure)
+            msg = report.failure_message(run_id, rc, failure, paths) + left
+            if slurm_job and proc.info.get("JobState") not in ("COMPLETED", "FAILED"):
+                msg = f"Slurm ended job {proc.job_id}: {proc.info.get('JobState')} " \
+                      f"({proc.info.get('Reason')}); {msg}"
+        else:
+            state, msg = "succeeded", f"run {run_id} succeeded"
+        if survivors:
+            pids = [proc_["pid"] for proc_ in survivors]
+            result["survivors"] = pids
+            msg += (f"; processes {', '.join(map(str, pids))} of run {run_id} survived SIGKILL on "
+                    f"the head; check them (uninterruptible I/O?)")
+        if plan.control_dir:
+            close_ssh_masters(plan.ssh, plan.control_dir,
+                              [node.address for node in self.nodes if node.name != plan.head])
+        self.save(state=state, msg=msg, ended=now_iso(), **result)
+        return self.record
+
+
+def start(python: str, package_dir: str, run_dir: str, env: dict) -> subprocess.Popen:
+    """Start the supervisor for the run in run_dir from the copy of this package in `package_dir`
+    (`python -S -m PACKAGE.supervisor RUN_DIR` from its parent), in a session of its own so that
+    no signal meant for its starter reaches it, its output in the run's supervisor.log."""
+    parent, name = os.path.split(os.path.normpath(package_dir))
+    log = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    try:
+        return subprocess.Popen([python, "-S", "-m", f"{name}.supervisor", run_dir], env=env,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=parent)
+    finally:
+        os.close(log)
+
+
+def main(argv: list[str]) -> int:
+    run_dir = argv[0]
+    # `python -m` runs it from the package's parent directory (on sys.path, as an absolute path);
+    # the run's directory is the launcher's working directory where the plan names none.
+    os.chdir(run_dir)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _Stop.handler)
+    # A terminal closing, or the connection that started the module going, is not a stop.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    run = Run(run_dir)
+    try:
+        record = run.supervise()
+    except Exception as err:  # noqa: BLE001 - recorded, so the run never reads as running
+        run.save(state="failed", ended=now_iso(),
+                 msg=f"the supervisor of run {run.plan.run_id} failed: {type(err).__name__}: {err}; "
+                     f"see supervisor.log in {run_dir}, and end what is left with {report.STOP_HINT}")
+        raise
+    return 0 if record.state == "succeeded" else 1
+
+
+if __name__ == "__main__":
+    # Run as its own program on the head, not inside a module: an exit status, not exit_json.
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,117 @@
+"""The launch module's questions to the nodes (torchrun_launch, state=started): what would stop a
+start, asked of every node before anything changes; the files a node lacks, sent to it; and
+whether a started run's ranks run everywhere (detach). On the head itself, else over the cluster's
+ssh (the head package's probe and fan-out)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import probe_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import port_holders, port_in_use
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs
+
+
+def holds_address(address: str) -> bool:
+    """Whether this machine has `address` (binding to an address it lacks fails)."""
+    try:
+        infos = socket.getaddrinfo(address, None, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return False
+    for family, _type, _proto, _name, sockaddr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as sock:
+                sock.bind((sockaddr[0], 0))
+            return True
+        except OSError as err:
+            if err.errno != errno.EADDRNOTAVAIL:
+                return True  # the address is here; something else is wrong with the probe
+    return False
+
+
+def head_preflight(module, plan, run_dir, head):
+    """Refuse what would stop the run on the head: a missing address, a taken rendezvous port, a
+    used run id."""
+    if not holds_address(head.address):
+        module.fail_json(msg=f"this machine does not have the head's address {head.address} "
+                             f"({head.name}): run the launch on the head node (delegate_to: "
+                             f"{head.name}) or fix its address", run_id=plan.run_id)
+    if port_in_use(plan.port):
+        holders = port_holders(plan.port)
+        held = f" by {', '.join(holders)}" if holders else ""
+        module.fail_json(msg=f"refusing to launch: the rendezvous port {plan.port} is already in "
+                             f"use on the head {head.name}{held}; choose another port "
+                             f"(-e master_port=N) or stop the process holding it",
+                         port_holders=holders, run_id=plan.run_id)
+    if os.path.lexists(run_dir):
+        module.fail_json(msg=f"{run_dir} already exists: run id {plan.run_id} was used before; "
+                             f"give a new run_id or leave it unset", run_id=plan.run_id)
+
+
+def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> dict:
+    """Everything the start would trip over, on every node, before anything changes: a node ssh
+    cannot reach, a run alive anywhere, the head's address, port and run id. Returns the files
+    that are missing or stale on each node ({path: SHA-1} `expect`), {name: [paths]}."""
+    head = next(node for node in plan.nodes if node.name == plan.head)
+    nodes = plan.nodes if module.params["check_nodes"] else [head]
+    ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
+    request = {"expect": expect}
+    if module.params["expect_packages"]:
+        request["packages"] = {"python": plan.python, "expect": module.params["expect_packages"]}
+    answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: request for node in nodes},
+                          control_dir=control_dir)
+    order = [node.name for node in nodes]
+    lost = [name for name in order if "error" in answers[name]]
+    if lost:
+        named = "; ".join(f"{name}: {answers[name]['error']}" for name in lost)
+        module.fail_json(msg=f"refusing to launch: the head {head.name} cannot reach {', '.join(lost)} "
+                             f"over ssh as the training account, as mpirun would ({named}). Bring the "
+                             f"node back, or run setup.yml again if its address or host key changed",
+                         unreachable=lost, run_id=plan.run_id)
+    runs = [{"node": name, **run} for name in order for run in group_runs(answers[name]["runs"])]
+    if runs:
+        listed = "; ".join(f"on {run['node']}: {run['run_id']} (pids {', '.join(map(str, run['pids']))})"
+                           for run in runs)
+        module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {listed}. "
+                             f"Stop it first with {STOP_HINT}, then launch again", runs=runs,
+                         run_id=plan.run_id)
+    drifted = [name for name in order if answers[name].get("drift")]
+    if drifted:
+        listed = "; ".join(f"{name}: {', '.join(answers[name]['drift'])}" for name in drifted)
+        module.fail_json(msg=f"refusing to launch: the Python environment {plan.python} is no longer "
+                             f"what setup installed, on {listed}. Run setup again "
+                             f"(ansible-playbook setup.yml -i INVENTORY) to put it back, then launch",
+                         drifted={name: answers[name]["drift"] for name in drifted}, run_id=plan.run_id)
+    head_preflight(module, plan, run_dir, head)
+    return {name: answers[name]["stale"] for name in order if answers[name]["stale"]}
+
+
+def send_files(module, plan, files: dict, stale: dict, control_dir=None) -> None:
+    """Put the stale files ({path: base64 content} `files`) on the nodes that lack them, whole,
+    in parallel."""
+    nodes = [node for node in plan.nodes if node.name in stale]
+    requests = {node.name: {"write": {path: files[path] for path in stale[node.name]}}
+                for node in nodes}
+    ssh = module.get_bin_path("ssh", required=any(node.name != plan.head for node in nodes))
+    answers = probe_nodes(nodes, plan.head, ssh, plan.python, requests, control_dir=control_dir)
+    failed = [name for name, answer in answers.items() if "error" in answer]
+    if failed:
+        module.fail_json(msg="could not put the script's files on " + "; ".join(
+            f"{name}: {answers[name]['error']}" for name in failed) + "; nothing was started",
+            stale_files=stale, run_id=plan.run_id)
+
+
+def ranks_started(module, plan, record, control_dir) -> bool:
+    """Whether a process of the run (torchrun, or a rank), not only mpirun and the supervisor,
+    runs on every node it can see (only the head where mpich nodes take no ssh)."""
+    head = next(node for node in plan.nodes if node.name == plan.head)
+    nodes = plan.nodes if module.params["check_nodes"] else [head]
+    launchers = {record.supervisor_pid, record.launcher_pid}
+    answers = probe_nodes(nodes, plan.head, module.get_bin_path("ssh"), plan.python,
+                          {node.name: {"expect": {}} for node in nodes},
+                          control_dir=control_dir)
+    return all("error" not in answer and any(
+        proc["run_id"] == plan.run_id and proc["pid"] not in launchers for proc in answer["runs"])
+        for answer in answers.values())

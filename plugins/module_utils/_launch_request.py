@@ -1,0 +1,522 @@
+# -*- coding: utf-8 -*-
+# Copyright: torchfleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The launch request: every launch option declared once, and the one place it is read.
+
+``OPTIONS`` is the table. From it come the torchrun_launch module's argument spec
+(``argument_spec()``), the launch role's ``meta/argument_specs.yml`` and ``defaults/main.yml``
+and launch.yml's short names (``tests/lint/launch_options.py`` writes them; ``make lint`` fails
+when they are out of date). ``problems(request)`` checks a request on the controller before
+anything on a node changes; ``resolve(request, nodes, ...)`` turns it into the renderer's
+``Plan``. The launch role (through its filters), the module, ``torchfleet render`` and
+``torchfleet launch`` all call these, so an option is interpreted in one place.
+
+Standard library only: the CLI imports this file outside Ansible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
+    DEFAULT_PORT, Node, Plan, node_slots, run_log_dirs)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.slurm import (
+    SlurmError, check_name, check_time_limit)
+
+ROLE_PREFIX = "launch_"
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class Option:
+    """One launch option. `name` is the module's option and the request's key; the launch role
+    takes it as launch_NAME (`role`), and a user on the command line as `short`."""
+    name: str
+    type: str
+    doc: str
+    default: object = None
+    choices: tuple = ()
+    elements: str | None = None
+    no_log: bool | None = None
+    module: bool = True  # an option of the torchrun_launch module
+    role: str | None = ""  # the role's variable ("": launch_NAME; None: not the role's)
+    role_type: str | None = None  # raw where the role's own check names a bad value better
+    role_default: object = _UNSET  # where the role's differs; "{{ ... }}" is computed
+    role_choices: tuple | None = None
+    role_elements: str | None = None
+    short: str | None = None  # the name typed with -e (launch.yml maps it to the role's)
+
+    @property
+    def role_name(self) -> str | None:
+        if self.role is None:
+            return None
+        return self.role or (self.name if self.name.startswith(ROLE_PREFIX) else ROLE_PREFIX + self.name)
+
+
+OPTIONS: tuple[Option, ...] = (
+    # The module's own inputs, from the role's resolution of the inventory and setup's facts.
+    Option("state", "str", "started launches a run and waits for it; stopped stops runs on this node.",
+           default="started", choices=("started", "stopped"), role=None),
+    Option("nodes", "list", "The nodes of the run (name, address, slots, interface).", elements="dict",
+           role=None),
+    Option("head", "str", "The node that runs the launcher and hosts the rendezvous.", role=None),
+    Option("action", "str", "Start a run, or stop the runs on every node.", module=False,
+           default="start", choices=("start", "stop")),
+    Option("script", "path", "The training script (on the controller; on the nodes with shared_storage).",
+           role_type="str", role_default="", short="script"),
+    Option("script_args", "list", "Arguments passed to every rank exactly as given.", default=[],
+           elements="str", short="script_args"),
+    Option("files", "list", "More files on the controller that the script needs, copied beside it "
+           "(16 MiB in all with the script: code and configuration, not data).", module=False,
+           default=[], elements="str", short="files"),
+    Option("shared_storage", "bool", "The nodes see the script at that path already; copy nothing.",
+           module=False, default=False, short="shared_storage"),
+    Option("run_id", "str", "The run's id (made when empty); with action stop, only this run.",
+           role_default="", short="run_id"),
+    Option("mode", "str", "torchrun (one torchrun per node) or rank (one MPI rank per worker) with "
+           "Open MPI, or mpich (one torchrun per node with MPICH's mpiexec).", default="torchrun",
+           choices=("torchrun", "rank", "mpich")),
+    Option("mpich_launcher", "str", "With mode mpich, which mpiexec runs: hydra (MPICH's Hydra, Intel "
+           "MPI) or pals (HPE Cray PALS); default what setup read from mpiexec --version.",
+           choices=("hydra", "pals"), role_choices=(),
+           role_default="{{ hostvars[launch_head].mpich_found_launcher | default('') }}",
+           short="mpich_launcher"),
+    Option("master_port", "int", "Rendezvous port on the head node, a number from 1024 to 65535.",
+           default=DEFAULT_PORT, role_type="raw", short="master_port"),
+    Option("nproc_per_node", "int", "Workers per node: auto (the GPU count setup found, 1 without GPUs) "
+           "or a number, the same on every node.", role_type="raw", role_default="auto",
+           short="nproc_per_node"),
+    Option("python", "str", "Python interpreter on the nodes (rank mode).", default="python3", role=None),
+    Option("torchrun", "str", "torchrun on the nodes (torchrun and mpich modes).", default="torchrun",
+           role=None),
+    Option("launcher", "str", "Path of mpirun or mpiexec on the head.", role=None),
+    Option("network", "str", "The cluster network as a CIDR, for Open MPI's own traffic.", role=None),
+    Option("env_pass", "list", "Environment names passed to every rank (PATH, LD_LIBRARY_PATH and "
+           "NCCL_* when set).", default=[], elements="str", no_log=False, short="env_pass"),
+    Option("env_secrets", "dict", "Names of secrets read from the controller's environment and passed "
+           "to every rank, never printed.", default={}, no_log=True, role_type="list", role_default=[],
+           role_elements="str", short="env_secrets"),
+    Option("env_set", "dict", "Values set for every rank.", default={}, short="env_set"),
+    Option("mpirun_extra_args", "list", "More launcher options, each option and each value an item of "
+           "its own; those torchfleet controls, and shell characters, are refused.", default=[],
+           elements="str", short="mpirun_extra_args"),
+    Option("allow_run_as_root", "bool", "Pass --allow-run-as-root to Open MPI.", default=False, role=None),
+    Option("tree_spawn", "bool", "Let Open MPI's daemons start further daemons over ssh (hundreds of "
+           "nodes); every node must then hold the cluster's private key.", default=False,
+           short="tree_spawn"),
+    Option("workdir", "str", "The training account's directory for torchfleet on the nodes (setup's "
+           "cluster_user_workdir).", module=False, default="~/torchfleet", short="cluster_user_workdir"),
+    Option("log_dir", "path", "Directory on the nodes holding one directory of logs per run; absolute, "
+           "or under ~ (default workdir/runs).", default="~/torchfleet/runs", role_type="str",
+           role_default="{{ launch_workdir }}/runs", short="log_dir"),
+    Option("script_dir", "str", "Where scripts are copied on the nodes, the run's working directory "
+           "(default workdir/scripts).", module=False, role_default="{{ launch_workdir }}/scripts"),
+    Option("launch_timeout", "int", "Seconds after which the run is stopped; 0 for no limit.", default=0),
+    Option("silent_node_timeout", "int", "Open MPI modes: seconds after which a node gone silent (off "
+           "the network, powered off) ends the run, named; 0 leaves Open MPI's keepalive (480 s at "
+           "best).", default=120),
+    Option("stop_grace", "int", "Seconds between TERM and KILL when a run is stopped.", default=10),
+    Option("chdir", "path", "The launcher's working directory on the head.", role=None),
+    Option("file_contents", "dict", "Files the run needs at the same path on every node, path to "
+           "base64 content.", default={}, no_log=True, role=None),
+    Option("check_nodes", "bool", "Check every other node from the head over ssh before the start.",
+           default=True, role=None),
+    Option("expect_packages", "dict", "The packages setup installed, refused where a node drifted.",
+           default={}, role=None),
+    Option("detach", "bool", "Return once the run's processes run on every node instead of waiting "
+           "for its end; the run belongs to its supervisor on the head either way.", default=False,
+           short="detach"),
+    Option("detach_when", "str", "With detach, return once the run's processes run (running; under "
+           "Slurm once the job runs), or once the supervisor holds it (submitted).", default="running",
+           choices=("running", "submitted"), short="detach_when"),
+    Option("scheduler", "str", "none: mpirun on the head reaches the nodes over ssh; slurm: the run "
+           "is a Slurm batch job submitted with sbatch on the head.", default="none",
+           choices=("none", "slurm"), role_choices=(), short="scheduler"),
+    Option("slurm_partition", "str", "With scheduler slurm, the partition; empty for Slurm's default.",
+           role_default="", short="slurm_partition"),
+    Option("slurm_account", "str", "With scheduler slurm, the account charged.", role_default="",
+           short="slurm_account"),
+    Option("slurm_time_limit", "str", "With scheduler slurm, the job's time limit as sbatch --time "
+           "takes it (90, 01:30:00, 1-00:00:00); empty for the partition's.", role_default="",
+           short="slurm_time_limit"),
+    Option("slurm_gpus_per_node", "int", "With scheduler slurm, GPUs per node requested as GRES "
+           "(--gpus-per-node); 0 for none.", role_type="raw", role_default=0, short="slurm_gpus_per_node"),
+    Option("group", "str", "The inventory group of the cluster's nodes (torchfleet_group, else cluster).",
+           module=False, role_default="{{ torchfleet_group | default('cluster') }}"),
+    Option("head_node", "str", "The node that runs the launcher and hosts the rendezvous (torchfleet_head, "
+           "else the group's first node).", module=False, role="launch_head",
+           role_default="{{ torchfleet_head | default(groups[launch_group][0]) }}"),
+    Option("user", "str", "The training account the run belongs to (setup's cluster_user_name).",
+           module=False, default="torchfleet", short="cluster_user_name"),
+)
+BY_NAME = {option.name: option for option in OPTIONS}
+# The module's nodes, one dict each (the launch_nodes filter makes them from setup's facts).
+NODE_OPTIONS = {
+    "name": {"type": "str", "required": True},
+    "address": {"type": "str", "required": True},
+    "slots": {"type": "int", "required": True},
+    "interface": {"type": "str"},
+}
+
+
+def argument_spec() -> dict:
+    """The torchrun_launch module's argument spec."""
+    spec = {}
+    for option in OPTIONS:
+        if not option.module:
+            continue
+        entry = {"type": option.type}
+        for key in ("default", "elements", "no_log"):
+            if getattr(option, key) is not None:
+                entry[key] = getattr(option, key)
+        if option.choices:
+            entry["choices"] = list(option.choices)
+        if option.name == "nodes":
+            entry["options"] = NODE_OPTIONS
+        spec[option.name] = entry
+    return spec
+
+
+def role_options() -> dict:
+    """{role variable: (its argument spec entry, its default)} of the launch role, in table order;
+    a default of _UNSET means the role has none."""
+    options = {}
+    for option in OPTIONS:
+        if option.role_name is None:
+            continue
+        kind = option.role_type or option.type
+        kind = "str" if kind == "path" else kind
+        default = option.default if option.role_default is _UNSET else option.role_default
+        entry = {"type": kind}
+        elements = option.role_elements or (option.elements if kind == "list" else None)
+        if elements:
+            entry["elements"] = elements
+        choices = option.choices if option.role_choices is None else option.role_choices
+        if choices:
+            entry["choices"] = list(choices)
+        if default is not None and "{{" not in json.dumps(default):
+            entry["default"] = default
+        entry["description"] = option.doc
+        options[option.role_name] = (entry, default)
+    return options
+
+
+def short_names() -> dict:
+    """{name typed with -e: [the role variables that take its value]}, as launch.yml maps them."""
+    return {option.short: [option.role_name] for option in OPTIONS if option.short}
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks, on the controller, before anything on a node changes
+# ---------------------------------------------------------------------------------------------
+
+EXAMPLE_LISTS = {
+    "script_args": ["--epochs", "3"],
+    "files": ["data.csv"],
+    "env_pass": ["NCCL_DEBUG"],
+    "env_secrets": ["WANDB_API_KEY"],
+    "mpirun_extra_args": ["--mca", "btl_tcp_links", "2"],
+}
+# The script and its files travel base64 in the launch module's arguments, and on to each node
+# that lacks them: right for code and configuration, not for data.
+FILES_LIMIT_MIB = 16
+
+# A shell character anywhere, or an option followed by a space (a value in the same item).
+SHELL_LIKE = re.compile(r"[;|&$`<>()\n]|^-\S*\s")
+
+
+def _is_list(value) -> bool:
+    # A string is a sequence too: "WANDB_API_KEY" would become thirteen one-letter names.
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, Mapping))
+
+
+def nproc_problem(value) -> str | None:
+    nproc = str(value)
+    if nproc != "auto" and not re.fullmatch(r"[1-9][0-9]*", nproc):
+        return (f"nproc_per_node is '{nproc}': give auto (the GPU count) or a whole number of workers "
+                f"per node, such as 2.")
+    return None
+
+
+def port_problem(value) -> str | None:
+    port = str(value)
+    if not (port.isdigit() and 1024 <= int(port) <= 65535):
+        return (f"master_port is '{port}': give the rendezvous port on the head as a number "
+                f"from 1024 to 65535 (default {DEFAULT_PORT}).")
+    return None
+
+
+def _nproc_problems(request: dict) -> list[str]:
+    said = nproc_problem(request["nproc_per_node"])
+    if said:
+        return [said]
+    # The launch applies one count to every node (the head's), and torchrun needs the same count
+    # everywhere: a per-node nproc_per_node (a hostfile's slots) would be silently ignored.
+    by_count: dict[str, list[str]] = {}
+    for node in request["nodes"]:
+        by_count.setdefault(str(node.get("nproc_per_node", "auto")), []).append(node["inventory_hostname"])
+    if len(by_count) <= 1:
+        return []
+    counts = "; ".join(f"{count} on {', '.join(hosts)}" for count, hosts in by_count.items())
+    return [f"nproc_per_node differs between nodes ({counts}), but a launch runs the same number of "
+            f"workers on every node (torchrun needs that, and the launch applies one count to all): "
+            f"make the counts equal in the inventory (slots in a hostfile), or give one for all with "
+            f"-e nproc_per_node=N."]
+
+
+def _size_problems(paths: list[str]) -> list[str]:
+    sizes = {path: os.path.getsize(path) for path in paths}
+    total = sum(sizes.values())
+    if total <= FILES_LIMIT_MIB * 2**20:
+        return []
+    largest = ", ".join(f"{path} {size / 2**20:.1f} MiB"
+                        for path, size in sorted(sizes.items(), key=lambda item: -item[1])[:3])
+    return [f"The script and its files come to {total / 2**20:.1f} MiB ({largest}), over the "
+            f"{FILES_LIMIT_MIB} MiB a launch carries to the nodes in its own arguments. Put data and "
+            f"checkpoints where every node reads them (shared storage, or copied once by your own "
+            f"task) and pass their path in script_args; or, when the script itself is on shared "
+            f"storage, use -e shared_storage=true."]
+
+
+def _shape_problem(request: dict) -> str | None:
+    """No script, or a list variable that is not a list: the other checks need both, so this
+    problem is said alone."""
+    if not request["script"]:
+        return "Name the training script: ansible-playbook launch.yml -e script=train.py"
+    for key, value in request["lists"].items():
+        if not _is_list(value):
+            return (f"{key} must be a list, for example -e '{json.dumps({key: EXAMPLE_LISTS[key]})}', "
+                    f"so each item arrives exactly as given; it is {json.dumps(value)}.")
+    return None
+
+
+def by_pals(request: dict) -> bool:
+    """Cray PALS starts the nodes' processes itself: Ansible copies the files, not the module."""
+    return request["mode"] == "mpich" and request.get("mpich_launcher") == "pals"
+
+
+def _start_problems(request: dict) -> list[str]:
+    lists = request["lists"]
+    problems = []
+    shared = request["shared_storage"]
+    if not shared and not os.path.isfile(request["script"]):
+        problems.append(f"The script {request['script']} is not a file on the controller. Give its path "
+                        f"(relative to where you run ansible-playbook), or -e shared_storage=true when "
+                        f"the nodes already see it at that path.")
+    missing = [] if shared else [path for path in lists["files"] if not os.path.isfile(path)]
+    if missing:
+        problems.append(f"These files are not on the controller: {', '.join(missing)}.")
+    elif not shared and not by_pals(request) and os.path.isfile(request["script"]):
+        problems += _size_problems([request["script"], *lists["files"]])
+    problems += _nproc_problems(request)
+    said = port_problem(request["master_port"])
+    if said:
+        problems.append(said)
+    if not re.match(r"[/~]", request["log_dir"]):
+        problems.append(f"log_dir is '{request['log_dir']}': give an absolute path on the nodes, or one "
+                        f"under the training account's home such as ~/torchfleet/runs (a relative path "
+                        f"would depend on where each process starts).")
+    # mpirun runs without a shell: a `;` is a plain character and "--mca x y" one word, so such an
+    # item never means what it would mean typed in a shell.
+    shell_like = "', '".join(arg for arg in lists["mpirun_extra_args"] if SHELL_LIKE.search(arg))
+    if shell_like:
+        problems.append(f"mpirun_extra_args holds '{shell_like}': no shell "
+                        f"reads these arguments, so shell characters (; | & $ ` < > ( )) stay plain text "
+                        f"and an option with its value in one item is one word. Give each option and each "
+                        f"value as its own list item, for example "
+                        f"-e '{json.dumps({'mpirun_extra_args': EXAMPLE_LISTS['mpirun_extra_args']})}'.")
+    unset = [name for name in lists["env_secrets"] if not os.environ.get(name)]
+    if unset:
+        problems.append(f"These secrets are not set in the controller's environment: {', '.join(unset)}. "
+                        f"Export them before running ansible-playbook (their values are never printed).")
+    # A run always spans the whole group, but with --limit the script would be copied to, and live
+    # runs looked for on, only some of the nodes.
+    left_out = [host for host in request["group_hosts"] if host not in request["play_hosts"]]
+    if left_out:
+        problems.append(f"This launch runs on {len(request['play_hosts'])} of the "
+                        f"{len(request['group_hosts'])} nodes (left out: {', '.join(left_out)}), but a run "
+                        f"always uses every node of group '{request['group']}': run without --limit (or, "
+                        f"for part of the nodes, an inventory that lists only them).")
+    return problems
+
+
+def _scheduler_problems(request: dict) -> list[str]:
+    """What Slurm would refuse, or cannot run, that the controller can tell alone (the head's
+    sbatch and partitions are checked on the head by the launch module)."""
+    scheduler = str(request.get("scheduler") or "none")
+    slurm = request.get("slurm") or {}
+    if scheduler not in ("none", "slurm"):
+        return [f"scheduler is '{scheduler}': give none (mpirun over ssh) or slurm (an sbatch job)"
+                + ("; no PBS server is driven by torchfleet: write a batch script with `torchfleet "
+                   "render --format pbs` and submit it with qsub." if scheduler.lower() == "pbs" else ".")]
+    if scheduler == "none":
+        given = [f"slurm_{key}" for key, value in slurm.items() if value not in ("", None, 0, "0")]
+        return [f"{', '.join(given)} given without -e scheduler=slurm: add it to launch through Slurm, "
+                f"or remove them."] if given else []
+    problems = []
+    if request["mode"] == "mpich":
+        problems.append("scheduler=slurm runs Open MPI's mpirun inside the allocation; launch_mode=mpich "
+                        "(MPICH's mpiexec) cannot run under it: use launch_mode=torchrun or rank.")
+    if str(request.get("tree_spawn")).lower() in ("true", "yes", "1"):
+        problems.append("scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn cannot apply; remove it.")
+    try:
+        if slurm.get("time_limit"):
+            check_time_limit(slurm["time_limit"])
+        for key in ("partition", "account"):
+            if slurm.get(key):
+                check_name(slurm[key], f"slurm_{key}")
+    except SlurmError as err:
+        problems.append(f"{err}.")
+    gpus = str(slurm.get("gpus_per_node", 0))
+    if not gpus.isdigit():
+        problems.append(f"slurm_gpus_per_node is '{gpus}': give a whole number of GPUs per node (0 for none).")
+    return problems
+
+
+def problems(request: dict) -> list[str]:
+    """What is wrong with a launch request, one message per problem naming the variable, its
+    value and the fix; empty when it is good. `request` is what the launch role's validate.yml
+    gathers (see the launch_problems filter's documentation)."""
+    # -e action=stop was launch.yml's stop before launch_action; Ansible reserves the name.
+    given = request.get("reserved_action")
+    if given:
+        return [f"-e action={given}: Ansible reserves the name action; use -e launch_action={given}"
+                + (" (or: torchfleet stop)." if given == "stop" else ".")]
+    found = []
+    if request["action"] == "start":
+        shape = _shape_problem(request)
+        if shape:
+            return [shape]
+        found = _start_problems(request) + _scheduler_problems(request)
+    # setup.yml caches both; a node without them was never set up, or its cache expired.
+    without_setup = [node["inventory_hostname"] for node in request["nodes"]
+                     if "preflight_net" not in node or "python_env_torchrun" not in node]
+    if without_setup:
+        found.append(f"No setup facts for {', '.join(without_setup)}: run `ansible-playbook "
+                     f"setup.yml -i INVENTORY` first, from the same directory (facts are cached in "
+                     f".cache/facts).")
+    # python_env_engine=none records no torchrun; without this check the launch would fail on the
+    # nodes, looking for a torchrun on PATH.
+    elif request["action"] == "start" and request["mode"] in ("torchrun", "mpich") and not request["head_torchrun"]:
+        found.append(f"launch_mode={request['mode']} runs torchrun, but setup recorded none on "
+                     f"{request['head']} (python_env_engine=none uses the node's own Python): use -e "
+                     f"launch_mode=rank, or set up an environment with PyTorch (python_env_engine=venv "
+                     f"or conda).")
+    elif request["action"] == "start" and request["mode"] == "mpich":
+        found += _mpich_problems(request)
+    elif request["action"] == "start" and request.get("head_mpiexec") and not request.get("head_mpirun"):
+        # Plain mpirun would be MPICH's there (the alternative), and fail on Open MPI's options.
+        found.append(f"launch_mode={request['mode']} runs Open MPI's mpirun, but setup installed MPICH "
+                     f"alone on {request['head']}: use -e launch_mode=mpich, or run `ansible-playbook "
+                     f"setup.yml -i INVENTORY` (mpi_implementation=openmpi) to add Open MPI beside it.")
+    return found
+
+
+def _mpich_problems(request: dict) -> list[str]:
+    if not request.get("head_mpiexec"):
+        return [f"launch_mode=mpich runs MPICH's mpiexec, but setup recorded none on {request['head']}: "
+                f"run `ansible-playbook setup.yml -i INVENTORY -e mpi_implementation=mpich` first (MPICH "
+                f"goes beside Open MPI; each is called by its full path)."]
+    if request.get("mpich_launcher") not in ("hydra", "pals"):
+        return [f"mpich_launcher is '{request.get('mpich_launcher')}': give hydra (MPICH's Hydra, Intel "
+                f"MPI) or pals (HPE Cray PALS), or leave it unset for what setup read from mpiexec."]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution: the request and setup's facts -> the renderer's plan
+# ---------------------------------------------------------------------------------------------
+
+def launch_nodes(node_facts, nproc_per_node) -> list[dict]:
+    """Each node's facts (setup's cache, in the group's order) as the module's node entry: name,
+    cluster address and interface, and slots (nproc_per_node; with auto the GPU count, 1 on a
+    node without GPUs)."""
+    nodes = []
+    for facts in node_facts:
+        net = facts["preflight_net"]
+        nodes.append({"name": facts["inventory_hostname"], "address": net["address"],
+                      "interface": net["interface"],
+                      "slots": node_slots(facts.get("preflight_gpu_count"), nproc_per_node)})
+    return nodes
+
+
+class RequestError(ValueError):
+    """A variable that cannot mean what its option takes; the message names it and its value."""
+
+
+def _typed(option: Option, key: str, value):
+    """`value` as option's type wants it, from a variable (-e gives strings)."""
+    kind = option.role_type or option.type
+    kind = option.type if kind == "raw" else kind
+    if kind == "int":
+        if option.name == "nproc_per_node" and str(value) == "auto":
+            return "auto"
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise RequestError(f"{key} must be a number, got {value!r}") from None
+    if kind == "bool":
+        return str(value).lower() in ("true", "yes", "1", "on")
+    if kind == "list":
+        if value is None or value == "":
+            return []
+        if isinstance(value, str):  # -e env_pass=A,B
+            return [item.strip() for item in value.split(",") if item.strip()]
+        if isinstance(value, list):
+            return [str(item) for item in value]
+        raise RequestError(f"{key} must be a list, got {value!r}")
+    if kind == "dict":
+        if not value:
+            return {}
+        if not isinstance(value, Mapping):
+            raise RequestError(f"{key} must be a mapping, got {value!r}")
+        return dict(value)
+    return None if value is None else str(value)
+
+
+def from_variables(variables: Mapping) -> dict:
+    """The request that playbook variables make (what -e gives, over the inventory's): each
+    option by its role variable (launch_master_port) or its short name (master_port), the role
+    variable first, as launch.yml takes them; typed as the table says. Options not given are
+    left out (resolve() fills in the table's defaults)."""
+    request = {}
+    for option in OPTIONS:
+        for key in (option.role_name, option.short):
+            if key and key in variables:
+                request[option.name] = _typed(option, key, variables[key])
+                break
+    return request
+
+
+def with_defaults(request: Mapping) -> dict:
+    """The request with every module option it leaves out at the table's default."""
+    filled = {option.name: option.default for option in OPTIONS if option.module}
+    filled.update({key: value for key, value in request.items() if value is not None})
+    return filled
+
+
+def resolve(request: Mapping, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secrets=(),
+            env_set=None, control_path: str | None = None) -> Plan:
+    """The renderer's plan for `request` (module option names; left out: the table's defaults) on
+    `nodes` (Node, or the module's node dicts). The environment comes resolved by the caller, who
+    alone sees it: names to pass (`env_pass`), secret names, and values to set."""
+    req = with_defaults(request)
+    ranks, workers = run_log_dirs(run_dir, req["mode"])
+    return Plan(
+        nodes=tuple(node if isinstance(node, Node) else Node(**node) for node in nodes),
+        head=req["head"], script=req["script"], run_id=run_id,
+        hostfile_path=f"{run_dir}/hostfile", script_args=tuple(req["script_args"]),
+        mode=req["mode"], port=req["master_port"], nproc_per_node=req["nproc_per_node"],
+        python=req["python"], torchrun=req["torchrun"], launcher=req["launcher"],
+        log_dir=ranks, node_log_dir=workers, network=req["network"],
+        env_pass=tuple(env_pass), env_secrets=tuple(env_secrets),
+        env_set=dict(req["env_set"] if env_set is None else env_set),
+        mpirun_extra_args=tuple(req["mpirun_extra_args"]),
+        allow_run_as_root=req["allow_run_as_root"], tree_spawn=req["tree_spawn"],
+        ssh_control_path=control_path, silent_node_timeout=req["silent_node_timeout"],
+        mpich_launcher=req["mpich_launcher"],
+    )

@@ -1,0 +1,55 @@
+"""A launch under Slurm (torchrun_launch, scheduler=slurm): the checks before anything is
+submitted, and the job the run's supervisor submits (sbatch's argv and the batch script)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _batch_script
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import PlanError, render
+
+
+def slurm_job(module, plan, run_dir, paths):
+    """(sbatch argv, the batch script, its path) of a run under Slurm; refuses what Slurm would refuse, or
+    cannot run under it, before anything is submitted or changed."""
+    p = module.params
+    if p["mode"] == "mpich":
+        module.fail_json(msg="scheduler=slurm runs Open MPI's mpirun inside the allocation; mode=mpich "
+                             "(MPICH's mpiexec) cannot run under it: use mode=torchrun or rank, or "
+                             "launch without the scheduler", run_id=plan.run_id)
+    if p["tree_spawn"]:
+        module.fail_json(msg="scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn (daemons "
+                             "starting daemons over ssh) cannot apply; leave it unset", run_id=plan.run_id)
+    sbatch = module.get_bin_path("sbatch")
+    if not sbatch or not module.get_bin_path("scontrol"):
+        module.fail_json(msg=f"scheduler=slurm, but the head {plan.head} has no sbatch and scontrol: "
+                             f"install Slurm's client commands there (slurm-client), or launch without "
+                             f"the scheduler", run_id=plan.run_id)
+    try:
+        if p["slurm_time_limit"]:
+            slurm.check_time_limit(p["slurm_time_limit"])
+        if p["slurm_account"]:
+            slurm.check_name(p["slurm_account"], "slurm_account")
+        partition = slurm.check_partition(p["slurm_partition"], len(plan.nodes), p["slurm_time_limit"])
+    except (slurm.SlurmError, OSError, subprocess.SubprocessError) as err:
+        module.fail_json(msg=f"refusing to submit: {err}", run_id=plan.run_id)
+    head = next(node for node in plan.nodes if node.name == plan.head)
+    slots = plan.nproc_per_node or head.slots
+    if p["mode"] == "rank" and len({node.slots for node in plan.nodes}) > 1:
+        module.fail_json(msg="scheduler=slurm: the batch script gives every node the same slots, but "
+                             "these nodes' slots differ; set nproc_per_node", run_id=plan.run_id)
+    allocation = _batch_script.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=plan.run_id)
+    try:
+        rendered = render(allocation)
+    except PlanError as err:
+        module.fail_json(msg=str(err), run_id=plan.run_id)
+    script = _batch_script.batch_script(
+        "slurm", allocation, rendered, nodes=len(plan.nodes), gpus_per_node=p["slurm_gpus_per_node"],
+        walltime=p["slurm_time_limit"], queue=partition, account=p["slurm_account"],
+        job_name=plan.run_id, fixed_run_id=True, writer="torchfleet.cluster.torchrun_launch")
+    script_path = os.path.join(run_dir, "job.sbatch")
+    argv = [sbatch, "--parsable", f"--output={paths['launcher']}", f"--chdir={p['chdir'] or run_dir}",
+            script_path]
+    return argv, script, script_path

@@ -1,0 +1,309 @@
+"""Starting a run (torchrun_launch, state=started): the plan from the module's parameters, the
+checks of every node, the files they lack, the run's directory on the head with the head package
+in it, its supervisor, and following the run until its ranks run (detach) or it ends."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import shlex
+import signal
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _head
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import supervisor
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import close_ssh_masters
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import (
+    SUPERVISOR_VAR,
+    files_to_place,
+    write_file,
+)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
+    PLAN_FILE,
+    RESULT,
+    STATE_FILE,
+    RunRecord,
+    SupervisorPlan,
+    read_state,
+)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
+    RESERVED_ENV,
+    PlanError,
+    new_run_id,
+    render,
+)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes import (
+    preflight_nodes,
+    ranks_started,
+    send_files,
+)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import resolve
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_slurm import slurm_job
+
+# Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.
+AUTO_PASS = ("PATH", "LD_LIBRARY_PATH")
+# What the launcher keeps of the module's environment. Ranks on the head inherit the launcher's
+# whole environment while ranks elsewhere only get what is forwarded by name: keeping little
+# makes the head's ranks see what the others see, and keeps Ansible's own variables out.
+KEEP_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
+                      "TMPDIR", "LD_LIBRARY_PATH", "SSH_AUTH_SOCK", "OPAL_PREFIX"})
+KEEP_ENV_PREFIXES = ("LC_", "OMPI_MCA_", "PMIX_MCA_")
+
+
+def resolve_env_pass(explicit, environ, taken):
+    """(names to forward, explicit names missing from environ). Explicit names are kept as
+    given (the renderer checks them); automatic ones only when set and not `taken`."""
+    names = list(dict.fromkeys(explicit))
+    missing = [name for name in names if name not in environ]
+    auto = [name for name in AUTO_PASS if name in environ]
+    auto += sorted(name for name in environ if name.startswith("NCCL_"))
+    names += [name for name in auto if name not in taken and name not in names]
+    return names, missing
+
+
+def launcher_env(environ, passed, rendered_env, secret_values):
+    env = {name: value for name, value in environ.items()
+           if name in KEEP_ENV or name.startswith(KEEP_ENV_PREFIXES) or name in passed}
+    env.update(rendered_env)
+    env.update(secret_values)
+    return env
+
+
+def _env_value(value):
+    # YAML turns `OMP_NUM_THREADS: 4` into an int; anything else odd is left to the renderer,
+    # which names it.
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def build(module, run_id, run_dir, control_dir=None):
+    p = module.params
+    env_set = {name: _env_value(value) for name, value in p["env_set"].items()}
+    secret_values = {name: _env_value(value) for name, value in p["env_secrets"].items()}
+    for name, value in secret_values.items():
+        if not isinstance(value, str):
+            module.fail_json(msg=f"env_secrets: {name} has no string value; give it one")
+    taken = RESERVED_ENV | set(env_set) | set(secret_values)
+    env_pass, missing = resolve_env_pass(p["env_pass"], os.environ, taken)
+    plan = resolve(p, p["nodes"], run_id=run_id, run_dir=run_dir, env_pass=env_pass,
+                   env_secrets=secret_values, env_set=env_set,
+                   control_path=f"{control_dir}/%C" if control_dir else None)
+    paths = {"run": run_dir, "launcher": os.path.join(run_dir, "launcher.log"),
+             "ranks": plan.log_dir or "", "workers": plan.node_log_dir or ""}
+    try:
+        rendered = render(plan)
+    except PlanError as err:
+        module.fail_json(msg=str(err), run_id=run_id)
+    if missing:
+        module.fail_json(msg=f"env_pass names {', '.join(missing)}, but the module's environment "
+                             f"on the head has no such variable: set it for the task "
+                             f"(environment:) or remove it from env_pass", run_id=run_id)
+    return plan, rendered, secret_values, paths
+
+
+def ssh_masters(module):
+    """A directory for the OpenSSH masters the probe leaves open to each node, which mpirun's ssh
+    then rides instead of a handshake of its own per node (plm_rsh_args, see _launch_plan); None
+    where mpirun does not ssh from the head to every node itself (mpich mode, tree spawn, Slurm,
+    the head alone), in check mode, or when the user set Open MPI's rsh options, which ours would
+    override. Short, in /tmp: a socket path has at most 107 bytes."""
+    p = module.params
+    if (module.check_mode or not p["check_nodes"] or p["tree_spawn"] or p["mode"] == "mpich"
+            or p["scheduler"] == "slurm" or len(p["nodes"]) < 2):
+        return None
+    if any("plm_rsh" in arg for arg in p["mpirun_extra_args"]) or any(
+            name in os.environ for name in ("OMPI_MCA_plm_rsh_args", "OMPI_MCA_plm_rsh_agent")):
+        return None
+    try:
+        return tempfile.mkdtemp(prefix="tf-ssh-", dir="/tmp")
+    except OSError:
+        return None
+
+
+def run_started(module):
+    control_dir = ssh_masters(module)
+    module.supervised = False
+    try:
+        start_run(module, control_dir)
+    finally:
+        # fail_json and exit_json end the module through SystemExit: this runs after them too.
+        # Once the supervisor runs, mpirun's daemons ride the masters and the supervisor closes them.
+        if control_dir and not module.supervised:
+            # Not required=True: a missing ssh has failed the module already, with its own message.
+            close_ssh_masters(module.get_bin_path("ssh"), control_dir,
+                              [node["address"] for node in module.params["nodes"]
+                               if node["name"] != module.params["head"]])
+
+
+class _Interrupt:
+    """Signals to the module itself: SIGTERM and SIGINT mean 'stop the run', SIGHUP 'stop
+    watching it'. Recorded here, acted on by the wait loop."""
+    signum = None
+
+    @classmethod
+    def handler(cls, signum, _frame):
+        cls.signum = signum
+
+
+def _caller_gone() -> bool:
+    """Ansible reads the module's stdout through a pipe (local) or sshd: when the reader is
+    gone (ansible-playbook killed, connection lost) a write would fail. poll() tells now."""
+    poller = select.poll()
+    poller.register(1, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poller.poll(0))
+
+
+def copy_head_package(directory: str) -> str:
+    """Write the head package's files into `directory` (as `_head/`, its own name); its path."""
+    package = os.path.join(directory, _head.__name__.rpartition(".")[2])
+    for name in _head.FILES:
+        write_file(os.path.join(package, name + ".py"), _head.source(name).encode())
+    return package
+
+
+def prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result):
+    """The run's directory on the head: hostfile, the plan for the supervisor, and the head
+    package it runs from (`supervisor/_head/`). Returns the package's directory there."""
+    p = module.params
+    try:
+        os.makedirs(p["log_dir"], mode=0o750, exist_ok=True)
+        os.mkdir(run_dir, 0o750)
+        os.chmod(run_dir, 0o750)  # mkdir's mode is cut by the umask
+        with open(os.open(plan.hostfile_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640),
+                  "w") as handle:
+            handle.write(rendered.hostfile)
+        lib = os.path.join(run_dir, "supervisor")
+        os.mkdir(lib, 0o750)
+        package = copy_head_package(lib)
+        write_file(os.path.join(run_dir, PLAN_FILE), supervisor_plan.to_json().encode())
+    except OSError as err:
+        module.fail_json(msg=f"cannot prepare the run directory {run_dir}: {err}", **result)
+    return package
+
+
+def read_record(run_dir):
+    """The run's record as its supervisor last wrote it (RunRecord); None before the first."""
+    found = read_state(run_dir)
+    return RunRecord.from_dict(found) if found is not None else None
+
+
+def start_supervisor(module, run_dir, package, env, result):
+    """The supervisor, in a session of its own: no signal meant for the module or its caller
+    reaches it, and it outlives them. Returns it once it has started the launcher (or ended)."""
+    try:
+        proc = supervisor.start(sys.executable, package, run_dir,
+                                dict(env, **{SUPERVISOR_VAR: result["run_id"]}))
+    except OSError as err:
+        module.fail_json(msg=f"cannot start the run's supervisor with {sys.executable}: {err}", **result)
+    module.supervised = True
+    while True:
+        record = read_record(run_dir)
+        if record and (record.launcher_pid or record.job_id or record.state != "running"):
+            return proc
+        if proc.poll() is not None:
+            with open(os.path.join(run_dir, "supervisor.log"), encoding="utf-8", errors="replace") as handle:
+                said = handle.read()[-2000:]
+            module.fail_json(msg=f"the run's supervisor exited with {proc.returncode} before starting "
+                                 f"the launcher: {said}", **result)
+        time.sleep(0.02)
+
+
+def follow_run(module, plan, run_dir, supervisor_proc, control_dir) -> RunRecord:
+    """Wait for the run: until its ranks run on every node (detach), or until it ends. The
+    module's own SIGTERM or SIGINT stops the run; its caller gone (ansible-playbook killed, the
+    connection lost, the terminal closed) leaves it running, owned by its supervisor."""
+    watched = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    for signum in watched:
+        signal.signal(signum, _Interrupt.handler)
+    stopping = False
+    while True:
+        record = read_record(run_dir)
+        if record.state != "running":
+            supervisor_proc.wait()
+            return record
+        if _Interrupt.signum in (signal.SIGTERM, signal.SIGINT) and not stopping:
+            supervisor_proc.send_signal(signal.SIGTERM)
+            stopping = True
+        elif not stopping and (_Interrupt.signum == signal.SIGHUP or _caller_gone()):
+            os._exit(0)  # nobody to report to; the supervisor carries on
+        elif module.params["detach"] and not stopping and (
+                module.params["detach_when"] == "submitted"
+                or (record.job_state == "RUNNING" if record.job_id
+                    else ranks_started(module, plan, record, control_dir))):
+            return record
+        time.sleep(0.1)
+
+
+def start_run(module, control_dir):
+    p = module.params
+    run_id = p["run_id"] or new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
+    run_dir = os.path.join(p["log_dir"], run_id)
+    plan, rendered, secret_values, paths = build(module, run_id, run_dir, control_dir)
+    result = {
+        "changed": False, "run_id": run_id, "argv": rendered.argv, "command": rendered.command,
+        "hostfile": rendered.hostfile, "hostfile_path": plan.hostfile_path,
+        "env": rendered.display_env, "per_node_env": rendered.per_node_env,
+        "nodes": list(rendered.nodes), "world_size": rendered.world_size, "log_dir": run_dir,
+        "launcher_log": paths["launcher"], "rank_logs_dir": paths["ranks"],
+        "worker_logs_dir": paths["workers"], "state_file": os.path.join(run_dir, STATE_FILE),
+    }
+    # {absolute path: base64 content}: the probes hash the decoded bytes and write the text.
+    try:
+        files, digests = files_to_place(p["file_contents"])
+    except ValueError as err:
+        module.fail_json(msg=f"file_contents: {err}", run_id=run_id)
+    slurm = p["scheduler"] == "slurm"
+    sbatch = script = script_path = None
+    if slurm:
+        sbatch, script, script_path = slurm_job(module, plan, run_dir, paths)
+        result.update(argv=sbatch, command=shlex.join(sbatch), batch_script=script)
+    stale = preflight_nodes(module, plan, run_dir, digests, control_dir)
+    result["stale_files"] = stale
+    if module.check_mode:
+        module.exit_json(**result)
+    if stale:
+        send_files(module, plan, files, stale, control_dir)
+        result["changed"] = True
+
+    env = launcher_env(os.environ, set(rendered.inherit), rendered.env, secret_values)
+    absent = [name for name in (*rendered.inherit, *rendered.secrets) if name not in env]
+    if absent:  # mpirun would only warn and start the ranks without them
+        module.fail_json(msg=f"not in the launcher's environment: {', '.join(absent)}", **result)
+    by_name = {node.name: node for node in plan.nodes}
+    supervisor_plan = SupervisorPlan(
+        run_id=run_id, argv=sbatch if slurm else rendered.argv, cwd=p["chdir"], command=result["command"],
+        nodes=[vars(by_name[name]) for name in rendered.nodes], head=plan.head,
+        mode=plan.mode, nproc=plan.nproc_per_node or by_name[plan.head].slots,
+        world_size=rendered.world_size, python=plan.python,
+        ssh=module.get_bin_path("ssh") if len(plan.nodes) > 1 else None,
+        check_nodes=p["check_nodes"], control_dir=control_dir,
+        launch_timeout=p["launch_timeout"], stop_grace=p["stop_grace"], paths=paths,
+        scheduler=p["scheduler"], sbatch=sbatch,
+    )
+    package = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
+    if slurm:
+        try:
+            write_file(script_path, script.encode())
+        except OSError as err:
+            module.fail_json(msg=f"cannot write the batch script {script_path}: {err}", **result)
+    result["changed"] = True
+    supervisor_proc = start_supervisor(module, run_dir, package, env, result)
+    record = follow_run(module, plan, run_dir, supervisor_proc, control_dir)
+    for warning in record.warnings or []:
+        module.warn(warning)
+    # Not a null rc while the run goes on: Ansible fails a task whose result has an rc other than 0.
+    shown = {key: getattr(record, key) for key in RunRecord.keys(RESULT)}
+    result.update({key: value for key, value in shown.items() if value is not None})
+    if record.state == "running":  # detached: the run goes on
+        module.exit_json(**result)
+    msg = result.pop("msg")
+    if _Interrupt.signum is not None:
+        msg = f"the module was interrupted by {signal.Signals(_Interrupt.signum).name}; {msg}"
+    if record.state != "succeeded":
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)

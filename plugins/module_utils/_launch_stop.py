@@ -1,0 +1,47 @@
+"""Stopping runs on the head (torchrun_launch, state=stopped): each run's supervisor first, which
+ends its run in order and records that it was stopped, then a sweep of whatever is left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import find_run_processes, stop_processes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import process_start
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import group_runs
+
+
+def stop_supervisors(procs, grace: int) -> None:
+    """A run's supervisor, asked first, stops the whole run in order and records that it was
+    stopped; the sweep after it finds what it could not end. It needs TERM's grace on the
+    launcher, again on the head's leftovers, and the other nodes' clean-up (grace + 20 s)."""
+    supervisors = [proc for proc in procs if proc["supervisor"]]
+    for proc in supervisors:
+        try:
+            os.kill(proc["pid"], signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 3 * grace + 40
+    while time.monotonic() < deadline and any(
+            process_start(proc["pid"]) is not None for proc in supervisors):
+        time.sleep(0.2)
+
+
+def run_stopped(module):
+    run_id = module.params["run_id"]
+    procs = find_run_processes({run_id} if run_id else None)
+    result = {"changed": bool(procs), "runs": group_runs(procs),
+              "stopped": [{key: proc[key] for key in ("pid", "run_id", "cmdline")}
+                          for proc in procs]}
+    if module.check_mode or not procs:
+        module.exit_json(**result)
+    stop_supervisors(procs, module.params["stop_grace"])
+    left = find_run_processes({proc["run_id"] for proc in procs})
+    survivors = stop_processes(left, module.params["stop_grace"]) if left else []
+    if survivors:
+        pids = ", ".join(f"{proc['pid']} ({proc['run_id']})" for proc in survivors)
+        module.fail_json(msg=f"processes survived SIGKILL: {pids}; check them (uninterruptible "
+                             f"I/O, or another PID namespace's view?)",
+                         survivors=[proc["pid"] for proc in survivors], **result)
+    module.exit_json(**result)

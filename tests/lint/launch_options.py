@@ -1,0 +1,76 @@
+"""Writes what the launch option table (plugins/module_utils/_launch_request.py) declares:
+roles/launch/meta/argument_specs.yml's options, roles/launch/defaults/main.yml, and the short
+names launch.yml maps (the block between its BEGIN/END lines).
+
+    python tests/lint/launch_options.py          # write them
+    python tests/lint/launch_options.py --check  # `make lint`: fail naming the files out of date
+
+Add or change a launch option in the table, then run this; never edit those parts by hand.
+"""
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / ".collections"))
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (  # noqa: E402
+    role_options, short_names)
+
+ROLE = ROOT / "roles" / "launch"
+SPEC = ROLE / "meta" / "argument_specs.yml"
+DEFAULTS = ROLE / "defaults" / "main.yml"
+PLAYBOOK = ROOT / "playbooks" / "launch.yml"
+WRITER = "tests/lint/launch_options.py from the option table in plugins/module_utils/_launch_request.py"
+BEGIN = "      # BEGIN names written by tests/lint/launch_options.py: do not edit\n"
+END = "      # END names\n"
+
+
+def _yaml(data, indent: int) -> str:
+    text = yaml.safe_dump(data, sort_keys=False, width=100, default_flow_style=None)
+    return "".join(" " * indent + line + "\n" for line in text.splitlines())
+
+
+def spec_text() -> str:
+    entry = yaml.safe_load(SPEC.read_text())["argument_specs"]["main"]
+    options = {name: spec for name, (spec, _default) in role_options().items()}
+    head = {key: value for key, value in entry.items() if key != "options"}
+    return (f"---\n# Options written by {WRITER};\n# the descriptions above them are the role's own.\n"
+            f"argument_specs:\n  main:\n" + _yaml(head, 4) + "    options:\n" + _yaml(options, 6))
+
+
+def defaults_text() -> str:
+    lines = [f"---\n# Written by {WRITER}.\n# launch.yml also takes most of these by their short "
+             f"name on the command line (-e script=train.py):\n# playbooks/launch.yml maps them.\n"]
+    for name, (spec, default) in role_options().items():
+        if default is None:
+            continue
+        lines.append(f"# {spec['description']}\n{name}: {json.dumps(default)}\n")
+    return "".join(lines)
+
+
+def playbook_text() -> str:
+    text = PLAYBOOK.read_text()
+    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
+    names = "".join(f"      {short}: [{', '.join(roles)}]\n" for short, roles in short_names().items())
+    return text[:start] + names + text[end:]
+
+
+def main(argv: list[str]) -> int:
+    wanted = {SPEC: spec_text(), DEFAULTS: defaults_text(), PLAYBOOK: playbook_text()}
+    stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
+    if "--check" in argv:
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} is not what the launch option table says: run "
+                  f"python tests/lint/launch_options.py and commit the result", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(wanted[path])
+        print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
