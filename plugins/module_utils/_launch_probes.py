@@ -6,10 +6,11 @@ ssh (the head package's probe and fan-out)."""
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import socket
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import probe_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import nodes_without_ranks, probe_nodes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import port_holders, port_in_use
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs
 
@@ -29,6 +30,30 @@ def holds_address(address: str) -> bool:
             if err.errno != errno.EADDRNOTAVAIL:
                 return True  # the address is here; something else is wrong with the probe
     return False
+
+
+def interface_change(node, interfaces) -> str | None:
+    """How `node`'s cluster interface differs from what setup recorded (its interface holding its
+    address), from the node's {interface: [IPv4 addresses]}; None where it is as recorded, or the
+    node could not tell. A renamed NIC (a reboot, a driver update) would leave mpirun waiting for
+    a daemon that cannot call back, and Gloo and NCCL binding an interface the node lacks."""
+    if not node.interface or interfaces is None:
+        return None
+    try:
+        ipv4 = ipaddress.ip_address(node.address).version == 4
+    except ValueError:  # a name: only the interface can be checked
+        ipv4 = False
+    has = interfaces.get(node.interface)
+    if has is not None and (not ipv4 or node.address in has):
+        return None
+    if has is None:
+        now = f"has no interface {node.interface}"
+    else:
+        now = f"has {node.interface} with {', '.join(has) or 'no IPv4 address'}"
+    holder = [name for name, addresses in interfaces.items() if ipv4 and node.address in addresses]
+    if holder:
+        now += f", and {node.address} on {holder[0]}"
+    return f"{node.name}: setup recorded {node.interface} with {node.address}; the node now {now}"
 
 
 def head_preflight(module, plan, run_dir, head):
@@ -57,7 +82,7 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> di
     head = next(node for node in plan.nodes if node.name == plan.head)
     nodes = plan.nodes if module.params["check_nodes"] else [head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
-    request = {"expect": expect}
+    request = {"expect": expect, "interfaces": len(nodes) > 1}
     if module.params["expect_packages"]:
         request["packages"] = {"python": plan.python, "expect": module.params["expect_packages"]}
     answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: request for node in nodes},
@@ -77,6 +102,15 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> di
         module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {listed}. "
                              f"Stop it first with {STOP_HINT}, then launch again", runs=runs,
                          run_id=plan.run_id)
+    by_name = {node.name: node for node in nodes}
+    changed = [said for said in (interface_change(by_name[name], answers[name].get("interfaces")) for name in order)
+               if said]
+    if changed:
+        module.fail_json(msg=f"refusing to launch: a node's cluster interface is no longer what setup "
+                             f"recorded ({'; '.join(changed)}). mpirun, Gloo and NCCL would be told the old "
+                             f"one, and the run would hang. Run setup again (ansible-playbook setup.yml -i "
+                             f"INVENTORY) to record the interfaces as they are, then launch",
+                         interface_changed=changed, run_id=plan.run_id)
     drifted = [name for name in order if answers[name].get("drift")]
     if drifted:
         listed = "; ".join(f"{name}: {', '.join(answers[name]['drift'])}" for name in drifted)
@@ -108,10 +142,5 @@ def ranks_started(module, plan, record, control_dir) -> bool:
     runs on every node it can see (only the head where mpich nodes take no ssh)."""
     head = next(node for node in plan.nodes if node.name == plan.head)
     nodes = plan.nodes if module.params["check_nodes"] else [head]
-    launchers = {record.supervisor_pid, record.launcher_pid}
-    answers = probe_nodes(nodes, plan.head, module.get_bin_path("ssh"), plan.python,
-                          {node.name: {"expect": {}} for node in nodes},
-                          control_dir=control_dir)
-    return all("error" not in answer and any(
-        proc["run_id"] == plan.run_id and proc["pid"] not in launchers for proc in answer["runs"])
-        for answer in answers.values())
+    return not nodes_without_ranks(nodes, plan.head, module.get_bin_path("ssh"), plan.python, plan.run_id,
+                                   {record.supervisor_pid, record.launcher_pid}, control_dir=control_dir)

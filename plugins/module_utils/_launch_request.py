@@ -116,6 +116,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("script_dir", "str", "Where scripts are copied on the nodes, the run's working directory "
            "(default workdir/scripts).", module=False, role_default="{{ launch_workdir }}/scripts"),
     Option("launch_timeout", "int", "Seconds after which the run is stopped; 0 for no limit.", default=0),
+    Option("start_timeout", "int", "Seconds from the launcher's start to a process of the run on every "
+           "node; a launch past it is ended, naming the nodes where none started. 0 for no limit.",
+           default=180),
     Option("silent_node_timeout", "int", "Open MPI modes: seconds after which a node gone silent (off "
            "the network, powered off) ends the run, named; 0 leaves Open MPI's keepalive (480 s at "
            "best).", default=120),
@@ -430,6 +433,30 @@ def _mpich_problems(request: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Resolution: the request and setup's facts -> the renderer's plan
 # ---------------------------------------------------------------------------------------------
+
+def module_refusal(request: Mapping) -> str | None:
+    """What the module refuses of a request before anything changes, that its argument spec
+    cannot say: what cannot run under Slurm (the role's problems() said it earlier, by the
+    role's names, but the module is also called directly)."""
+    req = with_defaults(request)
+    if req["scheduler"] != "slurm":
+        return None
+    if req["mode"] == "mpich":
+        return ("scheduler=slurm runs Open MPI's mpirun inside the allocation; mode=mpich (MPICH's "
+                "mpiexec) cannot run under it: use mode=torchrun or rank, or launch without the scheduler")
+    if req["tree_spawn"]:
+        return ("scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn (daemons starting "
+                "daemons over ssh) cannot apply; leave it unset")
+    return None
+
+
+def head_reaches_nodes(request: Mapping) -> bool:
+    """Whether mpirun itself starts every node's daemon over ssh from the head (not mpich mode,
+    tree spawn, Slurm, or the head alone), after the head's checks reached each node the same way."""
+    req = with_defaults(request)
+    return (req["check_nodes"] and not req["tree_spawn"] and req["mode"] != "mpich"
+            and req["scheduler"] != "slurm" and len(req["nodes"] or ()) > 1)
+
 
 def launch_nodes(node_facts, nproc_per_node) -> list[dict]:
     """Each node's facts (setup's cache, in the group's order) as the module's node entry: name,

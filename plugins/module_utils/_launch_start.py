@@ -41,7 +41,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes 
     ranks_started,
     send_files,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import resolve
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import head_reaches_nodes, resolve
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_slurm import slurm_job
 
 # Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.
@@ -113,8 +113,7 @@ def ssh_masters(module):
     the head alone), in check mode, or when the user set Open MPI's rsh options, which ours would
     override. Short, in /tmp: a socket path has at most 107 bytes."""
     p = module.params
-    if (module.check_mode or not p["check_nodes"] or p["tree_spawn"] or p["mode"] == "mpich"
-            or p["scheduler"] == "slurm" or len(p["nodes"]) < 2):
+    if module.check_mode or not head_reaches_nodes(p):
         return None
     if any("plm_rsh" in arg for arg in p["mpirun_extra_args"]) or any(
             name in os.environ for name in ("OMPI_MCA_plm_rsh_args", "OMPI_MCA_plm_rsh_agent")):
@@ -283,7 +282,7 @@ def start_run(module, control_dir):
         ssh=module.get_bin_path("ssh") if len(plan.nodes) > 1 else None,
         check_nodes=p["check_nodes"], control_dir=control_dir,
         launch_timeout=p["launch_timeout"], stop_grace=p["stop_grace"], paths=paths,
-        scheduler=p["scheduler"], sbatch=sbatch,
+        scheduler=p["scheduler"], sbatch=sbatch, start_timeout=p["start_timeout"],
     )
     package = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
     if slurm:

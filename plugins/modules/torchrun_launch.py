@@ -204,6 +204,15 @@ options:
         O(launch_timeout) still bounds the run.
     type: int
     default: 120
+  start_timeout:
+    description:
+      - Seconds from the launcher's start to a process of the run (C(torchrun), or a rank) on every
+        node the head checks. A launch past it never started somewhere (a node whose daemon cannot
+        call back, a launcher waiting on a node), and its supervisor ends it, as a timed-out run is
+        ended, and records it V(failed), naming the nodes where nothing started (RV(never_started)).
+      - Not under O(scheduler=slurm), where a job may wait in the queue. V(0) waits for ever.
+    type: int
+    default: 180
   stop_grace:
     description: Seconds between SIGTERM and SIGKILL when a run is stopped.
     type: int
@@ -570,6 +579,19 @@ stale_files:
   returned: state=started
   type: dict
   sample: {gpu02: [/home/torchfleet/torchfleet/scripts/train.py]}
+interface_changed:
+  description:
+    - The nodes whose cluster interface no longer holds the address setup recorded (a NIC renamed
+      after a reboot or a driver update), each with what setup recorded and what the node has now,
+      when that refused the launch.
+  returned: when a node's cluster interface changed since setup
+  type: list
+  elements: str
+never_started:
+  description: The nodes where no process of the run started within O(start_timeout), when that ended it.
+  returned: when the run did not start on every node in time
+  type: list
+  elements: str
 unreachable:
   description: The nodes the head could not check over C(ssh), when that refused the launch.
   returned: when a node did not answer
@@ -622,7 +644,7 @@ def main():
         required_if=[("state", "started", ("nodes", "head", "script"))],
         supports_check_mode=True,
     )
-    for name in ("launch_timeout", "silent_node_timeout", "stop_grace"):
+    for name in ("launch_timeout", "start_timeout", "silent_node_timeout", "stop_grace"):
         if module.params[name] < 0:
             module.fail_json(msg=f"{name} must be 0 or more seconds, got {module.params[name]}")
     if module.params["state"] == "stopped":

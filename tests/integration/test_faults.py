@@ -291,3 +291,22 @@ def test_a_node_cut_off_mid_run_is_named_and_its_ranks_end_there(cluster):
         launch.kill()
         restore(cluster)
     assert reachable(cluster)
+
+
+def test_a_node_whose_cluster_interface_changed_is_refused_before_anything_starts(cluster):
+    # Off the network and back, a node has its address again on eth1, not the eth0 setup recorded:
+    # a NIC renamed after a reboot or a driver update. mpirun told eth0 would wait for ever.
+    assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
+    reconnect(NODES[2], 2)
+    address = docker("exec", NODES[2], "ip", "-4", "-o", "addr", "show", "eth1").stdout.split()[3].split("/")[0]
+    rc, output = cluster.launch(*LONG_RUN, timeout=300)
+    flat = " ".join(output.split())
+    assert rc != 0
+    assert (f"refusing to launch: a node's cluster interface is no longer what setup recorded "
+            f"({NODES[2]}: setup recorded eth0 with {address}; the node now has no interface eth0, "
+            f"and {address} on eth1)") in flat, flat[-3000:]
+    assert "ansible-playbook setup.yml -i INVENTORY" in flat
+    assert '"interface_changed"' in output
+    for node in NODES:
+        assert left_on(node) == [], node
+

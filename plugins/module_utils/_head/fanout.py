@@ -68,6 +68,18 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
         return dict(zip((node.name for node in nodes), pool.map(ask, nodes)))
 
 
+def nodes_without_ranks(nodes, head: str, ssh: str, python: str, run_id: str, launchers,
+                        control_dir: str | None = None, timeout: int = PROBE_TIMEOUT) -> list[str]:
+    """The nodes where no process of `run_id` (torchrun, or a rank) runs yet: the supervisor and
+    the launcher (`launchers`, pids on the head) do not count; a node that does not answer is
+    named too."""
+    answers = probe_nodes(nodes, head, ssh, python, {node.name: {"expect": {}} for node in nodes},
+                          timeout=timeout, control_dir=control_dir)
+    return [name for name, answer in answers.items()
+            if "error" in answer or not any(proc["run_id"] == run_id and proc["pid"] not in launchers
+                                            for proc in answer["runs"])]
+
+
 def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace: int,
                      timeout: int | None = None) -> dict:
     """End what is left of `run_id` on every node but the head (which the module swept itself),

@@ -209,19 +209,28 @@ def end_run(run_id: str, grace: float) -> tuple[list[dict], list[dict]]:
     return procs, stop_processes(procs, grace) if procs else []
 
 
-def ipv4_interfaces() -> dict:
-    """{interface name: its first IPv4 address}, from `ip -4 -o addr show` ({} without ip)."""
-    found = {}
+def interface_addresses() -> dict | None:
+    """{interface name: [its IPv4 addresses]}, from `ip -4 -o addr show`; an interface without
+    one is listed from /sys/class/net with []. None where `ip` cannot be run."""
     try:
         out = subprocess.run(["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True,
                              check=False).stdout
     except OSError:
-        return found
+        return None
+    try:
+        found = {name: [] for name in sorted(os.listdir("/sys/class/net"))}
+    except OSError:
+        found = {}
     for line in out.splitlines():
         fields = line.split()
         if len(fields) >= 4 and fields[2] == "inet":
-            found.setdefault(fields[1].split("@")[0], fields[3].split("/")[0])
+            found.setdefault(fields[1].split("@")[0], []).append(fields[3].split("/")[0])
     return found
+
+
+def ipv4_interfaces() -> dict:
+    """{interface name: its first IPv4 address} ({} without ip)."""
+    return {name: addresses[0] for name, addresses in (interface_addresses() or {}).items() if addresses}
 
 
 def _connect(probe: dict, own: set, timeout: float, results: dict) -> None:
@@ -356,7 +365,8 @@ def probe(request: dict) -> dict:
     them; with `expect` ({path: SHA-1}), the runs alive on the node and which of those files are
     missing or differ; with `stop` ({run_id, grace}), ends what is left of that run here and
     names what was stopped and what survived; with `tail` ({pattern, lines}), the end of that log;
-    with `packages` ({python, expect}), how that environment differs from what setup installed.
+    with `packages` ({python, expect}), how that environment differs from what setup installed;
+    with `interfaces` (true), the node's interfaces and their IPv4 addresses.
     An empty request only shows that the node answers."""
     answer = {}
     if "write" in request:
@@ -373,6 +383,8 @@ def probe(request: dict) -> dict:
         answer["tail"] = log_tail(request["tail"]["pattern"], request["tail"]["lines"])
     if "packages" in request:
         answer["drift"] = environment_drift(request["packages"]["python"], request["packages"]["expect"])
+    if request.get("interfaces"):
+        answer["interfaces"] = interface_addresses()
     return answer
 
 

@@ -98,6 +98,7 @@ class RunRecord:
     stopped_on_nodes: dict | None = field(default=None, metadata=_shown(RESULT, optional=True))
     silent_nodes: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
     survivors: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
+    never_started: list | None = field(default=None, metadata=_shown(RESULT, REPORTED, optional=True))
 
     @classmethod
     def keys(cls, shown_in: str | None = None) -> tuple:
@@ -142,6 +143,7 @@ class SupervisorPlan:
     paths: dict  # {run, launcher, ranks, workers}
     scheduler: str = "none"
     sbatch: list | None = None
+    start_timeout: int = 0  # seconds to a process of the run on every node; 0: no limit
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:

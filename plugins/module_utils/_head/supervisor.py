@@ -19,14 +19,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
 from . import report, slurm
-from .fanout import PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes
+from .fanout import PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
 from .probe import SUPERVISOR_VAR, end_run, read_end
 from .record import RunRecord, SupervisorPlan, boot_id, process_start, write_state
+
+START_POLL = 1.0  # seconds between the start watch's looks at the nodes
 
 
 class _Stop:
@@ -192,6 +195,25 @@ class Run:
         finally:
             os.close(log)
 
+    def watch_start(self, launcher_pid: int, seconds: int, late: list) -> None:
+        """In a thread: until a process of the run runs on every node the head checks, look every
+        START_POLL s; past `seconds`, put the nodes where none started in `late`, which ends the
+        run (a daemon that cannot call back would keep mpirun waiting for ever)."""
+        nodes = self.nodes if self.plan.check_nodes else [n for n in self.nodes if n.name == self.plan.head]
+        deadline = time.monotonic() + seconds
+        launchers = {os.getpid(), launcher_pid}
+        while _Stop.signum is None:
+            left = max(1, int(deadline - time.monotonic()))
+            missing = nodes_without_ranks(nodes, self.plan.head, self.plan.ssh, self.plan.python,
+                                          self.plan.run_id, launchers, self.plan.control_dir,
+                                          timeout=min(PROBE_TIMEOUT, left))
+            if not missing:
+                return
+            if time.monotonic() >= deadline:
+                late.extend(missing)
+                return
+            time.sleep(START_POLL)
+
     def supervise(self) -> RunRecord:
         plan, paths, run_id = self.plan, self.plan.paths, self.plan.run_id
         grace, timeout = plan.stop_grace, plan.launch_timeout
@@ -209,7 +231,10 @@ class Run:
             return self.record
         started = time.monotonic()
         self.save(launcher_pid=proc.pid)
-        timed_out, survivors, warnings = False, [], []
+        timed_out, survivors, warnings, watched, late = False, [], [], [], []
+        if plan.start_timeout and not slurm_job:
+            threading.Thread(target=self.watch_start, args=(proc.pid, plan.start_timeout, watched),
+                             daemon=True).start()
         while True:
             try:
                 proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
@@ -217,7 +242,8 @@ class Run:
             except subprocess.TimeoutExpired:
                 pass
             timed_out = bool(timeout) and time.monotonic() - started >= timeout
-            if timed_out or _Stop.signum is not None:
+            late = list(watched)  # as the watch said it when the run was ended, never later
+            if timed_out or late or _Stop.signum is not None:
                 if slurm_job:
                     waiting = (proc.info.get("JobState"), proc.info.get("Reason"))  # before scancel
                     proc.cancel(grace)
@@ -225,7 +251,7 @@ class Run:
                 else:
                     survivors = stop_launcher(proc, run_id, grace)
                 break
-        if not (timed_out or _Stop.signum):
+        if not (timed_out or late or _Stop.signum):
             # The launcher is gone; nothing of the run should be left on the head.
             leftovers, survivors = end_run(run_id, grace)
             if leftovers:
@@ -239,7 +265,7 @@ class Run:
         # ends the ranks it started, but torchrun's workers, in process groups of their own, can
         # outlive a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false).
         ended = None
-        if (rc != 0 or timed_out or _Stop.signum) and plan.check_nodes and len(self.nodes) > 1:
+        if (rc != 0 or timed_out or late or _Stop.signum) and plan.check_nodes and len(self.nodes) > 1:
             ended = end_run_on_nodes(self.nodes, plan.head, plan.ssh, plan.python, run_id, grace)
             result.update(stopped_on_nodes=ended["stopped"],
                           silent_nodes=[node["name"] for node in ended["silent"]])
@@ -252,6 +278,12 @@ class Run:
             if slurm_job and not proc.started:
                 msg = (f"Slurm job {proc.job_id} of run {run_id} never started within launch_timeout "
                        f"({timeout} s): it stayed {waiting[0]} ({waiting[1]}), and was cancelled")
+        elif late:
+            state, result["never_started"] = "failed", late
+            msg = (f"run {run_id} did not start within start_timeout ({plan.start_timeout} s): no process "
+                   f"of it ran on {', '.join(late)} (a launcher waiting for a node whose daemon cannot call "
+                   f"back: check the node's cluster interface and firewall, or raise start_timeout), and it "
+                   f"was ended; logs under {paths['run']}{left}")
         elif _Stop.signum:
             state = "stopped"
             msg = (f"run {run_id} was stopped ({signal.Signals(_Stop.signum).name} to its "

@@ -669,3 +669,52 @@ def test_the_supervisor_runs_from_its_copy_in_the_run_directory(tmp_path):
     assert set(record) == FINISHED_RUN_KEYS
     # The launcher starts in the run's directory where the plan names none.
     assert os.path.realpath((run_dir / "launcher.log").read_text().strip()) == os.path.realpath(run_dir)
+
+
+def test_a_changed_cluster_interface_is_named_with_what_setup_recorded():
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes import interface_change
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import Node
+    node = Node("n2", "10.0.0.3", 1, "eth0")
+    assert interface_change(node, {"lo": ["127.0.0.1"], "eth0": ["10.0.0.3"]}) is None
+    assert interface_change(node, None) is None  # the node could not tell
+    assert interface_change(Node("n2", "10.0.0.3", 1), {}) is None  # one node: no interface to check
+    assert interface_change(node, {"eth1": ["10.0.0.3"]}) == (
+        "n2: setup recorded eth0 with 10.0.0.3; the node now has no interface eth0, and 10.0.0.3 on eth1")
+    assert interface_change(node, {"eth0": [], "ib0": ["10.0.0.3"]}) == (
+        "n2: setup recorded eth0 with 10.0.0.3; the node now has eth0 with no IPv4 address, and 10.0.0.3 on ib0")
+    assert interface_change(Node("n2", "n2.cluster", 1, "eth0"), {"eth0": []}) is None  # a name: the interface alone
+
+
+def _supervised(tmp_path, name, argv, start_timeout):
+    """A supervisor of its own for a launcher `argv` on this machine alone, started as the module starts it."""
+    run_dir = tmp_path / name
+    (run_dir / "supervisor").mkdir(parents=True)
+    package = start.copy_head_package(str(run_dir / "supervisor"))
+    paths = {"run": str(run_dir), "launcher": str(run_dir / "launcher.log"), "ranks": "", "workers": ""}
+    plan = SupervisorPlan(
+        run_id=name, argv=argv, cwd=None, command="a launcher", nodes=[{"name": "here", "address": "127.0.0.1", "slots": 1}],
+        head="here", mode="rank", nproc=1, world_size=1, python=sys.executable, ssh=None, check_nodes=False,
+        control_dir=None, launch_timeout=60, stop_grace=1, paths=paths, start_timeout=start_timeout)
+    (run_dir / PLAN_FILE).write_text(plan.to_json())
+    env = {"PATH": os.environ["PATH"], node_probe.RUN_ID_VAR: name, node_probe.SUPERVISOR_VAR: name}
+    proc = supervisor.start(sys.executable, package, str(run_dir), env)
+    proc.wait(timeout=90)  # 0 for a run that succeeded, 1 for one that did not
+    return read_state(str(run_dir))
+
+
+def test_a_launcher_that_never_starts_a_rank_is_ended_at_start_timeout_naming_the_node(tmp_path):
+    # A launcher waiting for ever (as mpirun for a daemon that cannot call back), no rank started.
+    began = time.monotonic()
+    record = _supervised(tmp_path, "tf-unit-never", [sys.executable, "-c", "import time; time.sleep(600)"], 2)
+    assert time.monotonic() - began < 60
+    assert (record["state"], record["never_started"], record["timed_out"]) == ("failed", ["here"], False)
+    assert record["msg"].startswith("run tf-unit-never did not start within start_timeout (2 s): no process "
+                                    "of it ran on here")
+
+
+def test_a_run_whose_ranks_started_outlives_start_timeout(tmp_path):
+    rank = "import time; time.sleep(4)"
+    launcher = f"import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', {rank!r}]).returncode)"
+    record = _supervised(tmp_path, "tf-unit-started", [sys.executable, "-c", launcher], 1)
+    assert (record["state"], record["rc"]) == ("succeeded", 0)
+    assert "never_started" not in record
