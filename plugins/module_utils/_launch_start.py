@@ -14,7 +14,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _head
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import supervisor
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import close_ssh_masters
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import (
@@ -22,6 +22,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe imp
     files_to_place,
     write_file,
 )
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
     PLAN_FILE,
     RESULT,
@@ -127,6 +128,7 @@ def ssh_masters(module):
 def run_started(module):
     control_dir = ssh_masters(module)
     module.supervised = False
+    module.launch_lock = None
     try:
         start_run(module, control_dir)
     finally:
@@ -203,6 +205,8 @@ def start_supervisor(module, run_dir, package, env, result):
     while True:
         record = read_record(run_dir)
         if record and (record.launcher_pid or record.job_id or record.state != "running"):
+            # Recorded: a launch after this one finds the run alive and says so.
+            _launch_lock.release(module.launch_lock)
             return proc
         if proc.poll() is not None:
             with open(os.path.join(run_dir, "supervisor.log"), encoding="utf-8", errors="replace") as handle:
@@ -261,6 +265,15 @@ def start_run(module, control_dir):
     if slurm:
         sbatch, script, script_path = slurm_job(module, plan, run_dir, paths)
         result.update(argv=sbatch, command=shlex.join(sbatch), batch_script=script)
+    if not module.check_mode:  # held until the supervisor has recorded the run (start_supervisor)
+        try:
+            module.launch_lock = _launch_lock.hold(p["log_dir"], run_id)
+        except _launch_lock.LaunchLocked as held:
+            module.fail_json(msg=f"refusing to launch: another launch is starting on this cluster ({held}), "
+                                 f"and one launch at a time may start. Launch again once it has ended, or "
+                                 f"stop it first with {STOP_HINT}", run_id=run_id)
+        except OSError as err:
+            module.fail_json(msg=f"cannot take the launch lock in {p['log_dir']}: {err}", run_id=run_id)
     stale = preflight_nodes(module, plan, run_dir, digests, control_dir)
     result["stale_files"] = stale
     if module.check_mode:

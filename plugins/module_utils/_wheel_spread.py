@@ -9,15 +9,18 @@ time) grows with its logarithm.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import socket
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from stat import S_ISREG
 
 from ansible.module_utils.urls import open_url
 
@@ -25,7 +28,9 @@ from ansible.module_utils.urls import open_url
 VERIFIED = ".torchfleet-verified.json"  # {file: [size, mtime_ns, sha256]}: hashes already checked
 SERVING = ".torchfleet-serving"  # exists while a server runs here; removing it stops the server
 FETCHING = ".torchfleet-fetching"  # exists while this node still fetches: "ask again" to its children
-PARTIAL = ".partial"
+PARTIAL = ".partial"  # the end of every temporary file's name: ".NAME.RANDOM.partial", one per writer
+STALE_AFTER = 60  # seconds: a writer locks its temporary file the moment after it made it
+IDLE_TIMEOUT = 30  # seconds a client of the server may send nothing and read nothing
 BLOCK = 1 << 20
 
 
@@ -50,11 +55,67 @@ def read_verified(directory: str) -> dict:
         return {}
 
 
+def temporary(directory: str, name: str) -> tuple[int, str]:
+    """(fd, path) of a new empty file of this writer's own in `directory`, to become `name` by a
+    rename: its name is unique (two setups on one node never share one), and it stays locked
+    while the fd is open, which tells remove_stale that its writer still lives."""
+    fd, path = tempfile.mkstemp(prefix=f".{name.lstrip('.')}.", suffix=PARTIAL, dir=directory)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the wheels from the training account
+    except BaseException:
+        os.close(fd)
+        _remove(path)
+        raise
+    return fd, path
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def remove_stale(directory: str) -> list:
+    """Remove the temporary files left by writers that died (killed before they could remove
+    their own): those whose lock is free and that are older than STALE_AFTER. Another writer's
+    live file is locked, so it is never taken; one made this instant may not be locked yet, so
+    it is too young to be taken. Returns the names removed."""
+    removed = []
+    for name in os.listdir(directory):
+        if not name.endswith(PARTIAL):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue  # renamed into place or removed meanwhile, or not a file to open
+        try:
+            found = os.fstat(fd)
+            if not S_ISREG(found.st_mode) or time.time() - found.st_mtime < STALE_AFTER:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(path)
+            removed.append(name)
+        except OSError:
+            continue  # locked: its writer still runs (or it went meanwhile)
+        finally:
+            os.close(fd)
+    return removed
+
+
 def write_verified(directory: str, verified: dict) -> None:
-    path = os.path.join(directory, VERIFIED)
-    with open(path + PARTIAL, "w") as handle:
-        json.dump(verified, handle, sort_keys=True)
-    os.replace(path + PARTIAL, path)
+    fd, partial = temporary(directory, VERIFIED)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(verified, handle, sort_keys=True)
+            handle.flush()
+            os.replace(partial, os.path.join(directory, VERIFIED))
+            partial = None
+    finally:
+        if partial:
+            _remove(partial)
 
 
 def check_wheels(directory: str, wheels: list, known: dict | None = None) -> tuple[list, list, dict]:
@@ -105,8 +166,10 @@ class NotYet(Exception):
 
 
 def _download(url: str, dest: str, want: str, timeout: float) -> int:
-    """Stream `url` into dest + PARTIAL, check its sha256, then rename it into place. Returns the
-    bytes read; raises NotYet on 503, SpreadError on a hash that differs, OSError otherwise."""
+    """Stream `url` into a temporary file of this download's own, hashing each block as it is
+    written, then, when the hash is the lock's, fsync and rename that same file into place: the
+    bytes that take the wheel's name are exactly the bytes hashed. Returns the bytes read; raises
+    NotYet on 503, SpreadError on a hash that differs, OSError otherwise."""
     try:
         response = open_url(url, timeout=timeout, validate_certs=False)  # plain http on the cluster network
     except urllib.error.HTTPError as err:
@@ -116,17 +179,25 @@ def _download(url: str, dest: str, want: str, timeout: float) -> int:
     except urllib.error.URLError as err:  # the socket's own error (refused, unreachable), unwrapped
         raise err.reason if isinstance(err.reason, OSError) else OSError(str(err.reason)) from err
     digest, size = hashlib.sha256(), 0
-    with response, open(dest + PARTIAL, "wb") as handle:
-        for block in iter(lambda: response.read(BLOCK), b""):
-            digest.update(block)
-            handle.write(block)
-            size += len(block)
-    if digest.hexdigest() != want:
-        os.unlink(dest + PARTIAL)
-        raise SpreadError(f"{url} sent {os.path.basename(dest)} with sha256 {digest.hexdigest()[:16]}..., "
-                          f"not the lock's {want[:16]}...")
-    os.chmod(dest + PARTIAL, 0o644)
-    os.replace(dest + PARTIAL, dest)
+    with response:
+        fd, partial = temporary(os.path.dirname(dest), os.path.basename(dest))
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for block in iter(lambda: response.read(BLOCK), b""):
+                    digest.update(block)
+                    handle.write(block)
+                    size += len(block)
+                if digest.hexdigest() != want:
+                    raise SpreadError(f"{url} sent {os.path.basename(dest)} with sha256 "
+                                      f"{digest.hexdigest()[:16]}..., not the lock's {want[:16]}...")
+                handle.flush()
+                os.fsync(fd)
+                # Renamed while still open, so locked: no clean-up can take it for a dead writer's.
+                os.replace(partial, dest)
+                partial = None
+        finally:
+            if partial:
+                _remove(partial)  # its own only: another download's file has a name of its own
     return size
 
 
@@ -178,9 +249,20 @@ def fetch_wheels(directory: str, wheels: list, sources: list, timeout: float,
 # Serving
 # ---------------------------------------------------------------------------------------------
 
-def _handler(directory: str, files: set, served: dict):
+def _send(connection: socket.socket, data: bytes) -> None:
+    """Send all of `data`, the socket's timeout bounding each wait for room to send, not the whole
+    (as sendall's would): a slow client that still reads is never cut, one that stopped is."""
+    view = memoryview(data)
+    while view:
+        view = view[connection.send(view):]
+
+
+def _handler(directory: str, files: set, served: dict, idle_timeout: float):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
+        # Set on each connection: one that sends no request, or reads nothing, for this long is
+        # closed, and its thread ends, instead of holding a thread until the server ends.
+        timeout = idle_timeout
 
         def do_GET(self):  # noqa: N802 (http.server's name)
             name = urllib.request.unquote(self.path.lstrip("/"))
@@ -198,9 +280,15 @@ def _handler(directory: str, files: set, served: dict):
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(size))
             self.end_headers()
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(BLOCK), b""):
-                    self.wfile.write(block)
+            try:
+                with open(path, "rb") as handle:
+                    for block in iter(lambda: handle.read(BLOCK), b""):
+                        _send(self.connection, block)
+            except OSError:
+                # The client stopped reading (timeout) or went: it asks again or asks its next
+                # source, and checks whatever it got against the lock anyway.
+                self.close_connection = True
+                return
             served[self.client_address[0]] = served.get(self.client_address[0], 0) + size
 
         def log_message(self, format, *args):  # noqa: A002 (http.server's signature)
@@ -210,12 +298,13 @@ def _handler(directory: str, files: set, served: dict):
 
 
 def serve(directory: str, files: list, address: str, port: int, timeout: float,
-          pending: bool, ready=None) -> dict:
+          pending: bool, ready=None, idle_timeout: float = IDLE_TIMEOUT) -> dict:
     """Serve `files` of `directory` on address:port (that address only) until SERVING is removed
     or `timeout` seconds pass; with `pending`, FETCHING is made first, so that children asking
-    before this node's own fetch starts are told to ask again. Returns {client address: bytes}.
-    Raises OSError when the address or port cannot be had."""
-    server = ThreadingHTTPServer((address, port), _handler(directory, set(files), served := {}))
+    before this node's own fetch starts are told to ask again. A connection idle for
+    `idle_timeout` seconds (no request, or no byte taken) is closed. Returns {client address:
+    bytes}. Raises OSError when the address or port cannot be had."""
+    server = ThreadingHTTPServer((address, port), _handler(directory, set(files), served := {}, idle_timeout))
     server.daemon_threads = True
     marker = os.path.join(directory, SERVING)
     try:

@@ -14,12 +14,18 @@ description:
     in full only when its size or modification time changed since it was last checked, so an
     unchanged wheelhouse costs one C(stat) per file.
   - With O(sources), fetches each missing or altered wheel over HTTP from the first source that
-    gives it, and checks the bytes against the sha256 before the file takes its name. A source
-    that is still fetching the wheel itself (served by M(torchfleet.cluster.wheel_server) with
+    gives it, and checks the bytes against the sha256 before the file takes its name: each
+    download writes a temporary file of its own (C(.NAME.RANDOM.partial)), hashed as it is
+    written, and only that file, whole and hashed, is renamed to the wheel's name, so two setups
+    fetching into one directory at once never mix their bytes. A source that is still fetching
+    the wheel itself (served by M(torchfleet.cluster.wheel_server) with
     O(torchfleet.cluster.wheel_server#module:pending=true)) is asked again until O(timeout). A
     source that cannot be reached, or does not have the wheel, or sends other bytes, is passed
     over for the next.
   - Without O(sources), only reports what is missing or altered (RV(missing), RV(corrupt)).
+  - With O(sources), removes at the end the temporary files of fetches that were killed before
+    they could remove their own (unlocked, and older than a minute); never those of a fetch that
+    still runs.
   - Run with C(async) when other nodes fetch from this one's server at the same time, so that
     every node fetches at once whatever the number of forks.
 version_added: "1.0.0"
@@ -86,7 +92,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torchfleet.cluster.plugins.module_utils._wheel_spread import (
-    FETCHING, PARTIAL, SpreadError, check_wheels, fetch_wheels, read_verified, write_verified)
+    FETCHING, SpreadError, check_wheels, fetch_wheels, read_verified, remove_stale, write_verified)
 
 
 def main():
@@ -127,11 +133,13 @@ def main():
     finally:
         if p["sources"] and not module.check_mode:
             # Tell the children asking this node's server that it will have nothing more.
-            for leftover in [FETCHING] + [f for f in os.listdir(directory) if f.endswith(PARTIAL)]:
-                try:
-                    os.unlink(os.path.join(directory, leftover))
-                except OSError:
-                    pass  # gone, or not a file of ours: the next fetch says what is wrong with it
+            try:
+                os.unlink(os.path.join(directory, FETCHING))
+            except OSError:
+                pass  # gone, or not a file of ours: the next fetch says what is wrong with it
+            # Each fetch removed its own temporary files; these are only those of fetches killed
+            # before they could. Another setup's fetch, running, keeps its own.
+            remove_stale(directory)
     if not module.check_mode and verified != known:
         write_verified(directory, verified)
     module.exit_json(changed=bool(missing) and bool(p["sources"]),

@@ -52,6 +52,13 @@ options:
     description: Seconds after which the server ends by itself.
     type: int
     default: 1800
+  idle_timeout:
+    description:
+      - Seconds a client's connection may stay idle (no request sent, or no byte of the answer
+        taken) before the server closes it, so that a client gone silent holds no thread until
+        the server ends. A slow download that still moves is never cut.
+    type: int
+    default: 30
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -143,6 +150,7 @@ def main():
             port=dict(type="int", default=29610),
             pending=dict(type="bool", default=False),
             timeout=dict(type="int", default=1800),
+            idle_timeout=dict(type="int", default=30),
         ),
         required_if=[("state", "started", ["address", "files"])],
         supports_check_mode=True,
@@ -153,7 +161,8 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, served_bytes={}, stopped_pid=None)
     try:
-        served = serve(p["path"], p["files"], p["address"], p["port"], p["timeout"], p["pending"])
+        served = serve(p["path"], p["files"], p["address"], p["port"], p["timeout"], p["pending"],
+                       idle_timeout=p["idle_timeout"])
     except OSError as err:
         holders = port_holders(p["port"])
         module.fail_json(msg=f"cannot serve the wheels on {p['address']}:{p['port']}: {err.strerror or err}"

@@ -243,3 +243,28 @@ def test_the_commands_death_leaves_no_ansible_playbook_behind(cluster):
     if run_id in runs_json(cluster):
         waited = torchfleet(cluster, "wait", run_id)
         assert waited.returncode == 0, waited.stderr[-3000:]
+
+
+def test_two_launches_at_once_start_one_run_and_the_other_names_it(cluster):
+    before = set(runs_json(cluster))
+    argv = torchfleet_argv(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+                           "--", *ENDLESS)
+    both = [subprocess.Popen(argv, cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for _ in range(2)]
+    results = [(proc.wait(timeout=LIMIT), *proc.communicate()) for proc in both]
+    try:
+        started = [out for rc, out, _err in results if rc == 0]
+        refused = [err for rc, _out, err in results if rc != 0]
+        assert len(started) == 1 and len(refused) == 1, results
+        run_id = started[0].split()[1]
+        # Refused by the lock while the first was starting, or by the checks once it was recorded:
+        # either way before anything of it started, naming the run that holds the cluster.
+        flat = " ".join(refused[0].split())
+        assert "refusing to launch" in flat and run_id in flat, flat[-3000:]
+        new = set(runs_json(cluster)) - before
+        assert new == {run_id}, new  # the refused launch left no run directory, no record
+        assert runs_json(cluster)[run_id]["state"] == "running"
+        for node in NODES:
+            assert any("train.py" in line for line in left_on(node)), node
+    finally:
+        torchfleet(cluster, "stop")

@@ -1,0 +1,42 @@
+# -*- coding: utf-8 -*-
+# Copyright: torchfleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""One launch at a time per cluster, decided on the head: a start holds an exclusive lock in the
+runs' directory from before its checks of the nodes until its supervisor has recorded the run.
+A second start meanwhile is refused before it checks, copies or starts anything, naming the run
+that holds the lock; once that run is recorded, the checks find it alive and refuse as before.
+The lock is the kernel's (flock): a start that dies, however, lets it go with its process."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+
+LOCK_FILE = ".launch.lock"
+
+
+class LaunchLocked(Exception):
+    """Another start holds the lock; the message names its run and since when."""
+
+
+def hold(log_dir: str, run_id: str) -> int:
+    """Take the lock (a file descriptor to keep open until the run is recorded, then `release`),
+    or raise LaunchLocked naming the run that holds it."""
+    os.makedirs(log_dir, mode=0o750, exist_ok=True)
+    fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 256).decode("utf-8", "replace").strip() or "another launch"
+        os.close(fd)
+        raise LaunchLocked(holder) from None
+    # Who holds it, for the start refused meanwhile to name.
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"run {run_id} (started {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())})".encode(), 0)
+    return fd
+
+
+def release(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
