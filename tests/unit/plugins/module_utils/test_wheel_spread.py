@@ -3,8 +3,11 @@
 import hashlib
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -71,13 +74,13 @@ def test_the_seed_is_no_receiver_and_a_bad_fanout_is_refused():
 class Server:
     """spread.serve in a thread, as the wheel_server module runs it."""
 
-    def __init__(self, directory, files, pending=False):
+    def __init__(self, directory, files, pending=False, idle_timeout=spread.IDLE_TIMEOUT):
         self.port = free_port()
         self.directory = directory
         ready = threading.Event()
         self.result = {}
         self.thread = threading.Thread(target=lambda: self.result.update(served=spread.serve(
-            str(directory), files, "127.0.0.1", self.port, 60, pending, ready.set)), daemon=True)
+            str(directory), files, "127.0.0.1", self.port, 60, pending, ready.set, idle_timeout)), daemon=True)
         self.thread.start()
         assert ready.wait(10)
         self.url = f"http://127.0.0.1:{self.port}/"
@@ -162,3 +165,232 @@ def test_the_server_serves_only_the_lock_s_wheels_on_its_address(tmp_path):
         assert [line.split()[1].split(":")[0] for line in listening] == ["0100007F"]  # 127.0.0.1 only
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Under concurrency: two setups on one node, a source whose bytes change, clients gone silent
+# ---------------------------------------------------------------------------------------------
+
+MIB = 1 << 20
+
+
+class Scripted:
+    """A server on 127.0.0.1 whose answer to each GET is `answer(path)`: (length, the parts to
+    send), the parts a generator that may wait on the test's events between two of them."""
+
+    def __init__(self, answer):
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                length, parts = answer(self.path)
+                self.send_response(200)
+                self.send_header("Content-Length", str(length))
+                self.end_headers()
+                for part in parts:
+                    self.wfile.write(part)
+
+            def log_message(self, format, *args):  # noqa: A002
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def paused(content, release):
+    """An answer that sends the first MiB of `content`, waits for `release`, then sends the rest."""
+    def answer(_path):
+        def parts():
+            yield content[:MIB]
+            assert release.wait(20)
+            yield content[MIB:]
+        return len(content), parts()
+    return answer
+
+
+def partials(directory):
+    """{name: bytes} of the temporary files in `directory`."""
+    return {name: (directory / name).read_bytes() for name in os.listdir(directory) if name.endswith(spread.PARTIAL)}
+
+
+def wait_for(predicate, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def in_thread(target):
+    """Run `target` in a thread; the thread's .outcome is ("ok", value) or ("error", exception)."""
+    def run():
+        try:
+            thread.outcome = ("ok", target())
+        except Exception as err:  # noqa: BLE001 (the test reads it)
+            thread.outcome = ("error", err)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_two_fetches_of_one_wheel_at_once_each_write_their_own_file_and_neither_removes_the_other_s(tmp_path):
+    content = os.urandom(2 * MIB)
+    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest()}
+    release = threading.Event()
+    source = Scripted(paused(content, release))
+    try:
+        fetches = [in_thread(lambda: spread.fetch_wheels(str(tmp_path), [w], [source.url], 30)) for _ in range(2)]
+        # Both halfway: two temporary files, each of its own name, each with its download's first MiB.
+        wait_for(lambda: len(partials(tmp_path)) == 2 and all(len(b) == MIB for b in partials(tmp_path).values()))
+        names = sorted(partials(tmp_path))
+        assert all(name.startswith(f".{w['file']}.") for name in names)
+        # What a setup's end does: even aged past STALE_AFTER, a live download's file is locked, so kept.
+        for name in names:
+            os.utime(tmp_path / name, (time.time() - 3600, time.time() - 3600))
+        assert spread.remove_stale(str(tmp_path)) == []
+        assert sorted(partials(tmp_path)) == names
+        release.set()
+        for fetch in fetches:
+            fetch.join(30)
+            assert fetch.outcome == ("ok", {source.url: 2 * MIB})
+    finally:
+        release.set()
+        source.close()
+    assert (tmp_path / w["file"]).read_bytes() == content
+    assert partials(tmp_path) == {}
+
+
+def test_bytes_that_change_mid_transfer_never_take_the_wheel_s_name_beside_a_good_fetch(tmp_path):
+    content, other = os.urandom(2 * MIB), os.urandom(MIB)
+    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest()}
+    good_release, changing_release = threading.Event(), threading.Event()
+    # The changing source's file is replaced as it sends it: its first MiB is another build's.
+    good, changing = Scripted(paused(content, good_release)), Scripted(paused(other + content[MIB:], changing_release))
+    try:
+        first = in_thread(lambda: spread.fetch_wheels(str(tmp_path), [w], [good.url], 30))
+        wait_for(lambda: content[:MIB] in partials(tmp_path).values())
+        second = in_thread(lambda: spread.fetch_wheels(str(tmp_path), [w], [changing.url], 30))
+        wait_for(lambda: other in partials(tmp_path).values())
+        # The good download ends while the changing one is halfway: its bytes, and only its, take the name.
+        good_release.set()
+        first.join(30)
+        assert first.outcome == ("ok", {good.url: 2 * MIB})
+        assert (tmp_path / w["file"]).read_bytes() == content
+        changing_release.set()
+        second.join(30)
+        assert second.outcome[0] == "error" and isinstance(second.outcome[1], spread.SpreadError)
+        assert f"{changing.url}{w['file']} sent {w['file']} with sha256 " in str(second.outcome[1])
+    finally:
+        good_release.set()
+        changing_release.set()
+        good.close()
+        changing.close()
+    assert (tmp_path / w["file"]).read_bytes() == content
+    assert partials(tmp_path) == {}
+
+
+def test_a_source_whose_bytes_change_is_hashed_as_written_and_leaves_nothing(tmp_path):
+    content = os.urandom(2 * MIB)
+    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest()}
+    (tmp_path / w["file"]).write_bytes(b"old")
+    changing = Scripted(lambda _path: (len(content), iter([content[:MIB], os.urandom(MIB)])))
+    try:
+        with pytest.raises(spread.SpreadError, match="not the lock's"):
+            spread.fetch_wheels(str(tmp_path), [w], [changing.url], 30)
+    finally:
+        changing.close()
+    assert (tmp_path / w["file"]).read_bytes() == b"old"  # untouched: nothing unhashed took its name
+    assert partials(tmp_path) == {}
+
+
+def test_only_the_files_of_dead_writers_are_removed_and_only_once_old(tmp_path):
+    old = time.time() - 2 * spread.STALE_AFTER
+
+    def aged(name, when=old):
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (when, when))
+    aged(".a.whl.dead0001.partial")  # its writer was killed: no lock, old
+    aged("a.whl.partial")  # an earlier torchfleet's fixed name, left by a killed fetch
+    aged(".a.whl.young001.partial", time.time())  # made this instant: maybe not locked yet
+    aged("b-1-py3-none-any.whl")  # a wheel, not a temporary file
+    (tmp_path / ".c.whl.dir00001.partial").mkdir()  # not a file: not ours to judge
+    # A live writer in another process: its file is locked for as long as it runs.
+    script = ("import sys, time; from ansible_collections.torchfleet.cluster.plugins.module_utils import "
+              "_wheel_spread as s; print(s.temporary(sys.argv[1], 'd.whl')[1], flush=True); time.sleep(60)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    writer = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        live = os.path.basename(writer.stdout.readline().strip())
+        os.utime(tmp_path / live, (old, old))
+        assert sorted(spread.remove_stale(str(tmp_path))) == [".a.whl.dead0001.partial", "a.whl.partial"]
+        assert sorted(os.listdir(tmp_path)) == sorted([".a.whl.young001.partial", "b-1-py3-none-any.whl",
+                                                        ".c.whl.dir00001.partial", live])
+    finally:
+        writer.kill()
+        writer.wait()
+    # Killed: its lock went with it, and its file is now a dead writer's.
+    assert spread.remove_stale(str(tmp_path)) == [live]
+
+
+def test_the_record_of_verified_hashes_is_written_through_a_file_of_its_own(tmp_path):
+    spread.write_verified(str(tmp_path), {"a.whl": [1, 2, "f" * 64]})
+    spread.write_verified(str(tmp_path), {"b.whl": [1, 2, "e" * 64]})
+    assert spread.read_verified(str(tmp_path)) == {"b.whl": [1, 2, "e" * 64]}
+    assert os.listdir(tmp_path) == [spread.VERIFIED]
+    assert oct(os.stat(tmp_path / spread.VERIFIED).st_mode & 0o777) == "0o644"
+
+
+def handler_threads():
+    return [t for t in threading.enumerate() if "process_request_thread" in t.name and t.is_alive()]
+
+
+def test_an_idle_connection_is_closed_after_the_timeout_while_the_server_serves_on(tmp_path):
+    served, child = tmp_path / "served", tmp_path / "child"
+    served.mkdir()
+    child.mkdir()
+    w = wheel(served, "a-1-py3-none-any.whl", os.urandom(300_000))
+    server = Server(served, [w["file"]], idle_timeout=0.5)
+    try:
+        silent = socket.create_connection(("127.0.0.1", server.port))  # sends nothing
+        halfway = socket.create_connection(("127.0.0.1", server.port))
+        halfway.sendall(b"GET /a-1-py3-none-any.whl HTTP/1.0\r\n")  # and never ends its request
+        # Meanwhile the server serves others.
+        assert spread.fetch_wheels(str(child), [w], [server.url], 10) == {server.url: 300_000}
+        started = time.monotonic()
+        for idle in (silent, halfway):
+            idle.settimeout(10)
+            assert idle.recv(1024) == b""  # closed by the server
+            idle.close()
+        assert time.monotonic() - started < 3
+        wait_for(lambda: not handler_threads(), 5)  # their threads ended with them
+        os.unlink(child / w["file"])
+        assert spread.fetch_wheels(str(child), [w], [server.url], 10) == {server.url: 300_000}
+    finally:
+        server.stop()
+
+
+def test_a_slow_download_that_still_moves_is_not_cut_by_the_idle_timeout(tmp_path):
+    content = os.urandom(2 * MIB)
+    w = wheel(tmp_path, "a-1-py3-none-any.whl", content)
+    server = Server(tmp_path, [w["file"]], idle_timeout=0.5)
+    try:
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)  # so the server waits on it
+        client.connect(("127.0.0.1", server.port))
+        client.settimeout(10)
+        client.sendall(f"GET /{w['file']} HTTP/1.0\r\n\r\n".encode())
+        received, started = bytearray(), time.monotonic()
+        while chunk := client.recv(64 * 1024):  # about 1 MB/s: a MiB block takes twice the timeout
+            received += chunk
+            time.sleep(0.05)
+        client.close()
+        took = time.monotonic() - started
+    finally:
+        server.stop()
+    assert received.split(b"\r\n\r\n", 1)[1] == content
+    assert took > 3 * 0.5, took  # slower than the timeout, all along
