@@ -89,14 +89,14 @@ def _results(outcome, action: str, failed: bool = False) -> list[dict]:
     return [item for item in found if item.get("action") == action]
 
 
-def _playbook(args: argparse.Namespace, name: str, **fixed):
+def _playbook(args: argparse.Namespace, name: str, ctrl_c=None, **fixed):
     from torchfleet.inventory import inventory_paths
     from torchfleet.run import run
 
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         inventories = inventory_paths(args.inventory, Path(scratch))
         return run(playbook=f"torchfleet.cluster.{name}", inventories=inventories,
-                   cmdline=_playbook_args(args, **fixed), progress=_progress(args))
+                   cmdline=_playbook_args(args, **fixed), progress=_progress(args), ctrl_c=ctrl_c)
 
 
 def _finish(args: argparse.Namespace, outcome, payload: dict) -> int:
@@ -145,19 +145,23 @@ def _new_run_id() -> str:
 
 def _launch(args: argparse.Namespace) -> int:
     from torchfleet.extra_vars import parse_extra_vars
+    from torchfleet.run import CtrlC
 
     if not Path(args.script).is_file() and not _shared(args):
         raise UsageError(f"script {args.script} not found (give the training script's path)")
     # The run id is chosen here, so that a Ctrl-C at any moment knows which run to stop.
     run_id = str(parse_extra_vars(args.extra_vars).get("run_id") or _new_run_id())
     _check_run_id(run_id)
+    ctrl_c = CtrlC()
     try:
-        outcome = _playbook(args, "launch", script=_script_path(args.script),
+        outcome = _playbook(args, "launch", ctrl_c=ctrl_c, script=_script_path(args.script),
                             script_args=list(args.script_args), run_id=run_id, detach=True,
                             **({"scheduler": args.scheduler} if args.scheduler else {}),
                             # Attached to a Slurm job: follow it from its submission, printing
                             # Slurm's reason while it waits.
                             **({"detach_when": "submitted"} if args.scheduler == "slurm" and not args.detach else {}))
+        if ctrl_c.heard:  # the playbook was ended; the head refuses to start what it had not
+            raise KeyboardInterrupt
     except KeyboardInterrupt:
         return _interrupted(args, run_id)
     started = [item["res"] for item in _results(outcome, LAUNCH, failed=True)]

@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 from collections import deque
@@ -135,9 +136,30 @@ class Outcome:
     artifacts: Path | None  # kept when the run failed
 
 
+class CtrlC:
+    """The command's own SIGINT handler, installed once it has something to stop. While a playbook
+    runs, ansible-runner polls `heard` (its cancel_callback) and ends the playbook; anywhere else
+    a Ctrl-C raises KeyboardInterrupt as usual. Without a cancel_callback ansible-runner would
+    install a handler of its own, and a Ctrl-C would never reach the command."""
+
+    def __init__(self):
+        self.heard = False
+        self.in_playbook = False
+        signal.signal(signal.SIGINT, self.handler)
+
+    def handler(self, _signum, _frame):
+        self.heard = True
+        if not self.in_playbook:
+            raise KeyboardInterrupt
+
+    def cancel(self) -> bool:
+        return self.heard
+
+
 def run(*, playbook: str | None = None, module: str | None = None, module_args: str = "",
         host_pattern: str = "cluster", inventories: list[str], cmdline: list[str],
-        progress: Progress, keep_on_success: bool = False, keep_on_failure: bool = True) -> Outcome:
+        progress: Progress, keep_on_success: bool = False, keep_on_failure: bool = True,
+        ctrl_c: CtrlC | None = None) -> Outcome:
     import ansible_runner  # imported late: `render` and `cluster` never need it
 
     private = Path(tempfile.mkdtemp(prefix="torchfleet-run-"))
@@ -154,9 +176,19 @@ def run(*, playbook: str | None = None, module: str | None = None, module_args: 
         kwargs["playbook"] = playbook
     else:
         kwargs.update(module=module, module_args=module_args, host_pattern=host_pattern)
+    if ctrl_c:
+        # ansible-runner asks between reads of the playbook's output, 5 s apart by default: a
+        # Ctrl-C must end the playbook before the head starts what it was asked to. (Its
+        # `settings` argument is dropped where env/settings is missing: the file it is.)
+        (private / "env").mkdir(exist_ok=True)
+        (private / "env" / "settings").write_text('{"pexpect_timeout": 0.2}\n')
+        kwargs["cancel_callback"] = ctrl_c.cancel
+        ctrl_c.in_playbook = True
     try:
         result = ansible_runner.run(**kwargs)
     finally:
+        if ctrl_c:
+            ctrl_c.in_playbook = False
         (private / "artifacts" / ident / "command").unlink(missing_ok=True)
     rc = result.rc if isinstance(result.rc, int) else 1
     if not (keep_on_success if rc == 0 else keep_on_failure):

@@ -37,6 +37,28 @@ def hold(log_dir: str, run_id: str) -> int:
     return fd
 
 
+def wait_free(log_dir: str, seconds: float) -> bool:
+    """Wait until no start holds the lock in `log_dir` (at most `seconds`), so that a stop sees the
+    run of a start in flight once it is recorded, or that start gone. True when free (or no
+    start ever ran here); the lock file is never created here."""
+    try:
+        fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDONLY)
+    except OSError:
+        return True
+    deadline = time.monotonic() + seconds
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.1)
+    finally:
+        os.close(fd)
+
+
 def release(fd: int | None) -> None:
     if fd is not None:
         os.close(fd)

@@ -297,6 +297,10 @@ def start_run(module, control_dir):
         launch_timeout=p["launch_timeout"], stop_grace=p["stop_grace"], paths=paths,
         scheduler=p["scheduler"], sbatch=sbatch, start_timeout=p["start_timeout"],
     )
+    if _caller_gone():
+        # Interrupted before the run started (Ctrl-C of torchfleet launch, whose stop waits for
+        # this lock): start nothing. Nobody reads a result; exiting lets the lock go.
+        os._exit(1)
     package = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
     if slurm:
         try:

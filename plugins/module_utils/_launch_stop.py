@@ -7,6 +7,7 @@ import os
 import signal
 import time
 
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import find_run_processes, stop_processes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import process_start
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import group_runs
@@ -28,8 +29,15 @@ def stop_supervisors(procs, grace: int) -> None:
         time.sleep(0.2)
 
 
+# Seconds a stop waits for a start in flight on the head (its checks, the files it sends) to have
+# recorded its run, or given up, so that it stops that run too instead of missing it.
+START_IN_FLIGHT_WAIT = 120
+
+
 def run_stopped(module):
     run_id = module.params["run_id"]
+    if not module.check_mode:
+        _launch_lock.wait_free(module.params["log_dir"], START_IN_FLIGHT_WAIT)
     procs = find_run_processes({run_id} if run_id else None)
     result = {"changed": bool(procs), "runs": group_runs(procs),
               "stopped": [{key: proc[key] for key in ("pid", "run_id", "cmdline")}

@@ -182,6 +182,9 @@ options:
         per-worker files, written on every node under the same path), and the supervisor's
         C(state.json) (the run's record), C(run.json) (its plan, no secret in it),
         C(supervisor/) and C(supervisor.log). Nothing there is ever deleted by torchfleet.
+      - A start holds C(.launch.lock) there from before its checks of the nodes until its run is
+        recorded, so that of two starts at once one is refused, naming the other's run; with
+        O(state=stopped), the stop waits for such a start (up to 120 s) so that it stops its run too.
     type: path
     default: ~/torchfleet/runs
   launch_timeout:

@@ -14,7 +14,7 @@ description:
     in full only when its size or modification time changed since it was last checked, so an
     unchanged wheelhouse costs one C(stat) per file.
   - With O(sources), fetches each missing or altered wheel over HTTP from the first source that
-    gives it, and checks the bytes against the sha256 before the file takes its name: each
+    gives it, and checks the bytes against the sha256 before the file takes its name. Each
     download writes a temporary file of its own (C(.NAME.RANDOM.partial)), hashed as it is
     written, and only that file, whole and hashed, is renamed to the wheel's name, so two setups
     fetching into one directory at once never mix their bytes. A source that is still fetching
@@ -115,7 +115,7 @@ def main():
         if module.check_mode:
             module.exit_json(changed=bool(p["files"]), missing=[w["file"] for w in p["files"]],
                              corrupt=[], fetched_bytes={})
-        os.makedirs(directory, mode=0o755)
+        os.makedirs(directory, mode=0o755, exist_ok=True)  # another setup's fetch may make it first
     known = read_verified(directory)
     missing, corrupt, verified = check_wheels(directory, p["files"], known)
     fetched = {}

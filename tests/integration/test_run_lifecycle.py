@@ -267,3 +267,31 @@ def test_two_launches_at_once_start_one_run_and_the_other_names_it(cluster):
             assert any("train.py" in line for line in left_on(node)), node
     finally:
         torchfleet(cluster, "stop")
+
+
+@pytest.mark.parametrize("after, upload", [(0.5, False), (1, False), (2, False), (4, False), (2, True)])
+def test_ctrl_c_at_any_moment_of_a_launch_leaves_nothing_and_starts_nothing(cluster, tmp_path, after, upload):
+    extra = []
+    if upload:  # a large `files` upload in flight (the launch carries 16 MiB at most)
+        big = tmp_path / "big.txt"
+        big.write_bytes(os.urandom(11 * 2**20).hex().encode()[:15 * 2**20])
+        extra = ["-e", json.dumps({"files": [str(big)]})]
+    launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", *extra, "--", *ENDLESS)
+    try:
+        time.sleep(after)
+        os.killpg(launch.process.pid, signal.SIGINT)  # a terminal's ^C, to the foreground group
+        interrupted = time.monotonic()
+        rc = launch.wait(LIMIT)
+        exited = time.monotonic() - interrupted
+    finally:
+        launch.kill()
+    assert rc == 130, launch.errors
+    said = next(line for line in launch.errors if line.startswith("torchfleet: interrupted: stopping run "))
+    run_id = said.split()[4]
+    assert nothing_alive(), {node: left_on(node) for node in NODES}
+    # Nothing starts afterwards: a start in flight on the head was ended, or its run stopped.
+    time.sleep(10)
+    assert nothing_alive(), {node: left_on(node) for node in NODES}
+    record = runs_json(cluster).get(run_id)
+    assert record is None or record["state"] == "stopped", record  # never started, or stopped
+    print(f"^C {after} s into the launch{' (upload)' if upload else ''}: exit {exited:.1f} s later, nothing left")

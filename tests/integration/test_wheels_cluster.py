@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ready_cluster import NAME, NODES, recap, run
 from torchfleet import devcluster
@@ -113,9 +114,10 @@ def test_a_node_that_cannot_get_the_wheels_is_named_and_the_others_complete(clus
     filelock = next(name for name in wanted if name.startswith("filelock-"))
     for node in NODES[1:]:
         node_sh(node, f"rm {node_wheelhouse(node)}/{filelock}")
-    # On the last node, the file the fetch writes into is taken by a directory.
-    blocked = f"{node_wheelhouse(NODES[2])}/{filelock}.partial"
-    node_sh(NODES[2], f"mkdir {blocked}")
+    # The last node cannot reach any wheel server: a routing rule of its own makes its connections
+    # to the spread's port unreachable (ssh, and every other port, pass). Each fetch writes a
+    # temporary file of its own name, so the file it writes into can no longer be taken ahead.
+    node_sh(NODES[2], f"ip rule add ipproto tcp dport {SPREAD_PORT} unreachable pref 100")
     try:
         rc, output = cluster.setup()
         flat = " ".join(output.split())
@@ -124,10 +126,10 @@ def test_a_node_that_cannot_get_the_wheels_is_named_and_the_others_complete(clus
         assert counts[NODES[2]]["failed"] == 1
         assert counts[NODES[0]]["failed"] == 0 and counts[NODES[1]]["failed"] == 0
         assert re.search(rf"fatal: \[{NODES[2]}\]: FAILED!.*{re.escape(filelock)} could not be fetched: "
-                         rf"http://\S+:{SPREAD_PORT}/: \[Errno 21\] Is a directory", flat), output[-3000:]
+                         rf"http://\S+:{SPREAD_PORT}/: \[Errno 101\] Network is unreachable", flat), output[-3000:]
         assert node_hashes(NODES[1])[filelock] == wanted[filelock]
     finally:
-        node_sh(NODES[2], f"rmdir {blocked}")
+        node_sh(NODES[2], "ip rule del pref 100")
     rc, output = cluster.setup()
     assert rc == 0, output[-3000:]
     assert node_hashes(NODES[2])[filelock] == wanted[filelock]
@@ -148,3 +150,62 @@ def test_a_package_removed_by_hand_stops_the_launch_before_it_starts(cluster):
     assert rc == 0, output[-3000:]
     assert f"{NODES[1]}: sympy is missing" in " ".join(output.split())
     assert any(p.startswith("sympy==") for p in installed(NODES[1]))
+
+
+def two_fetches_playbook(seed, node, served, target, wheel, port):
+    """A wheel server on `seed` that says "ask again" until the test puts the wheel in place, two
+    wheel_files jobs on `node` started one after the other into one directory, both waiting on
+    it, then the wheel let out: both fetch it in full at once, as two setups on one node would."""
+    source = f"http://{{{{ hostvars['{seed}'].ansible_facts.default_ipv4.address }}}}:{port}/"
+    return [
+        {"name": "Serve the wheel, once it is there", "hosts": seed, "gather_facts": True, "tasks": [
+            {"name": "Serve", "torchfleet.cluster.wheel_server": {
+                "path": served, "files": [wheel["file"]], "address": "{{ ansible_facts.default_ipv4.address }}",
+                "port": port, "pending": True, "timeout": 600},
+             "async": 600, "poll": 0, "register": "server", "changed_when": False}]},
+        {"name": "Fetch it twice at once into one directory", "hosts": node, "gather_facts": False, "tasks": [
+            {"name": "Fetch", "torchfleet.cluster.wheel_files": {
+                "path": target, "files": [wheel], "sources": [source], "timeout": 600},
+             "async": 600, "poll": 0, "loop": ["first", "second"], "register": "fetches", "changed_when": False},
+            {"name": "Let both fetches reach the server and wait on it", "ansible.builtin.pause": {"seconds": 5}}]},
+        {"name": "Put the wheel in place", "hosts": seed, "gather_facts": False, "tasks": [
+            {"name": "Move it in", "ansible.builtin.command": f"mv {served}/incoming {served}/{wheel['file']}"}]},
+        {"name": "Both fetches end", "hosts": node, "gather_facts": False, "tasks": [
+            {"name": "Wait", "ansible.builtin.async_status": {"jid": "{{ item.ansible_job_id }}"},
+             "loop": "{{ fetches.results }}", "register": "done", "until": "done.finished",
+             "retries": 600, "delay": 1},
+            {"name": "Each fetched the wheel in full, the bytes hashed as they were written",
+             "ansible.builtin.assert": {"that": [
+                 f"item.fetched_bytes | dict2items | map(attribute='value') | list == [{wheel['size']}]",
+                 f"item.missing == ['{wheel['file']}']"]},
+             "loop": "{{ done.results }}"},
+            {"name": "Remove the fetches' job records", "ansible.builtin.async_status": {
+                "jid": "{{ item.ansible_job_id }}", "mode": "cleanup"}, "loop": "{{ fetches.results }}"}]},
+        {"name": "End the server", "hosts": seed, "gather_facts": False, "tasks": [
+            {"name": "End it", "torchfleet.cluster.wheel_server": {"path": served, "state": "stopped"},
+             "changed_when": False},
+            {"name": "Remove its job record", "ansible.builtin.async_status": {
+                "jid": "{{ server.ansible_job_id }}", "mode": "cleanup"}}]},
+    ]
+
+
+def test_two_fetches_at_once_on_one_node_end_with_the_wheel_verified_and_nothing_left(cluster, tmp_path):
+    seed, node = NODES[0], NODES[2]
+    served, target, port = "/tmp/torchfleet-two-fetches-served", "/tmp/torchfleet-two-fetches", SPREAD_PORT + 1
+    # A GiB: long enough a transfer that the second fetch starts while the first still writes.
+    out = node_sh(seed, f"rm -rf {served} && mkdir {served} && head -c {1 << 30} /dev/urandom > {served}/incoming "
+                        f"&& sha256sum {served}/incoming")
+    wheel = {"file": "big-1-py3-none-any.whl", "sha256": out.split()[0], "size": 1 << 30}
+    playbook = tmp_path / "two-fetches.yml"
+    playbook.write_text(yaml.safe_dump(two_fetches_playbook(seed, node, served, target, wheel, port), sort_keys=False))
+    try:
+        rc, output = cluster.playbook(str(playbook), timeout=900)
+        assert rc == 0, output[-3000:]
+        assert node_sh(node, f"sha256sum {target}/{wheel['file']}").split()[0] == wheel["sha256"]
+        left = node_sh(node, f"ls -A {target}").split()
+        assert sorted(left) == sorted([wheel["file"], ".torchfleet-verified.json"]), left
+        assert "big-1-py3-none-any.whl" in node_sh(node, f"cat {target}/.torchfleet-verified.json")
+    finally:
+        # Removing the served directory removes the server's marker too, which ends it.
+        node_sh(seed, f"rm -rf {served}")
+        node_sh(node, f"rm -rf {target}")

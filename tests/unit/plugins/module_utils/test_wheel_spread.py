@@ -244,7 +244,9 @@ def test_two_fetches_of_one_wheel_at_once_each_write_their_own_file_and_neither_
     release = threading.Event()
     source = Scripted(paused(content, release))
     try:
-        fetches = [in_thread(lambda: spread.fetch_wheels(str(tmp_path), [w], [source.url], 30)) for _ in range(2)]
+        def fetch():
+            return spread.fetch_wheels(str(tmp_path), [w], [source.url], 30)
+        fetches = [in_thread(fetch), in_thread(fetch)]
         # Both halfway: two temporary files, each of its own name, each with its download's first MiB.
         wait_for(lambda: len(partials(tmp_path)) == 2 and all(len(b) == MIB for b in partials(tmp_path).values()))
         names = sorted(partials(tmp_path))
@@ -255,9 +257,9 @@ def test_two_fetches_of_one_wheel_at_once_each_write_their_own_file_and_neither_
         assert spread.remove_stale(str(tmp_path)) == []
         assert sorted(partials(tmp_path)) == names
         release.set()
-        for fetch in fetches:
-            fetch.join(30)
-            assert fetch.outcome == ("ok", {source.url: 2 * MIB})
+        for thread in fetches:
+            thread.join(30)
+            assert thread.outcome == ("ok", {source.url: 2 * MIB})
     finally:
         release.set()
         source.close()
@@ -328,8 +330,8 @@ def test_only_the_files_of_dead_writers_are_removed_and_only_once_old(tmp_path):
         live = os.path.basename(writer.stdout.readline().strip())
         os.utime(tmp_path / live, (old, old))
         assert sorted(spread.remove_stale(str(tmp_path))) == [".a.whl.dead0001.partial", "a.whl.partial"]
-        assert sorted(os.listdir(tmp_path)) == sorted([".a.whl.young001.partial", "b-1-py3-none-any.whl",
-                                                        ".c.whl.dir00001.partial", live])
+        kept = [".a.whl.young001.partial", "b-1-py3-none-any.whl", ".c.whl.dir00001.partial", live]
+        assert sorted(os.listdir(tmp_path)) == sorted(kept)
     finally:
         writer.kill()
         writer.wait()
@@ -374,23 +376,34 @@ def test_an_idle_connection_is_closed_after_the_timeout_while_the_server_serves_
         server.stop()
 
 
-def test_a_slow_download_that_still_moves_is_not_cut_by_the_idle_timeout(tmp_path):
-    content = os.urandom(2 * MIB)
+class SmallBuffers(ThreadingHTTPServer):
+    """The wheel server with small send buffers (its connections inherit them), so that its sends
+    wait on a slow client, as they do for any wheel much larger than a socket's buffers."""
+
+    def server_bind(self):
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 32 * 1024)
+        super().server_bind()
+
+
+def test_a_slow_download_that_still_moves_is_not_cut_by_the_idle_timeout(tmp_path, monkeypatch):
+    monkeypatch.setattr(spread, "ThreadingHTTPServer", SmallBuffers)
+    content = os.urandom(3 * MIB // 2)
     w = wheel(tmp_path, "a-1-py3-none-any.whl", content)
     server = Server(tmp_path, [w["file"]], idle_timeout=0.5)
     try:
         client = socket.socket()
-        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)  # so the server waits on it
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
         client.connect(("127.0.0.1", server.port))
         client.settimeout(10)
         client.sendall(f"GET /{w['file']} HTTP/1.0\r\n\r\n".encode())
         received, started = bytearray(), time.monotonic()
-        while chunk := client.recv(64 * 1024):  # about 1 MB/s: a MiB block takes twice the timeout
+        while chunk := client.recv(64 * 1024):  # slowly: a MiB takes more than twice the timeout
             received += chunk
-            time.sleep(0.05)
+            time.sleep(0.02)
         client.close()
         took = time.monotonic() - started
     finally:
         server.stop()
     assert received.split(b"\r\n\r\n", 1)[1] == content
-    assert took > 3 * 0.5, took  # slower than the timeout, all along
+    assert took > 2 * 0.5, took  # slower than the timeout, all along
+    assert server.result["served"] == {"127.0.0.1": len(content)}
