@@ -102,8 +102,10 @@ def end_report(record: dict, head: str) -> tuple[list[str], list[str]]:
     """(lines for stdout, lines for stderr) once a run has ended: the summary an attached launch,
     `logs -f` and `wait` end with, and for a failure its cause and the failing rank's own log."""
     # The playbook's report line (roles/launch/tasks/report.yml), with the state after the time.
-    summary = (f"run {record.get('run_id', '?')}: rc {record.get('rc')}, world size "
-               f"{record.get('world_size', '?')}, {record.get('duration', '?')} s, {record.get('state')}, "
+    def known(key):  # a lost run recorded no code and no duration: say so, not None
+        return "-" if record.get(key) is None else record[key]
+    summary = (f"run {record.get('run_id', '?')}: rc {known('rc')}, world size "
+               f"{record.get('world_size', '?')}, {known('duration')} s, {record.get('state')}, "
                f"logs in {record.get('log_dir', '?')} on {head}")
     err = []
     if record.get("state") not in ("succeeded",):

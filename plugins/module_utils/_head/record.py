@@ -199,7 +199,13 @@ def read_state(run_dir: str) -> dict | None:
     except (OSError, ValueError):
         return None
     if record.get("state") == "running" and not supervisor_alive(record):
+        # Read, never written: whoever reads it says the same, and none says "running".
+        rebooted = record.get("boot_id") not in (None, boot_id())
         record["state"] = "lost"
+        record["msg"] = (f"run {record.get('run_id')} is lost: its supervisor is gone ("
+                         + ("the head restarted" if rebooted else "killed, or out of memory")
+                         + ") and nothing recorded how the run ended; torchfleet stop "
+                         f"{record.get('run_id')} ends whatever is left of it. Logs under {record.get('log_dir')}")
     return record
 
 

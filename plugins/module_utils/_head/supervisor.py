@@ -253,7 +253,7 @@ class Run:
             return self.record
         started = time.monotonic()
         self.save(launcher_pid=proc.pid)
-        timed_out, survivors, warnings, watched, late = False, [], [], [], []
+        timed_out, survivors, warnings, watched, late, stopped = False, [], [], [], [], None
         if plan.start_timeout and not slurm_job:
             threading.Thread(target=self.watch_start, args=(proc.pid, plan.start_timeout, watched),
                              daemon=True).start()
@@ -265,7 +265,8 @@ class Run:
                 pass
             timed_out = bool(timeout) and time.monotonic() - started >= timeout
             late = list(watched)  # as the watch said it when the run was ended, never later
-            if timed_out or late or _Stop.signum is not None:
+            stopped = _Stop.signum  # a stop heard after the launcher's end changes nothing of it
+            if timed_out or late or stopped is not None:
                 if slurm_job:
                     waiting = (proc.info.get("JobState"), proc.info.get("Reason"))  # before scancel
                     proc.cancel(grace)
@@ -273,7 +274,7 @@ class Run:
                 else:
                     survivors = stop_launcher(proc, run_id, grace)
                 break
-        if not (timed_out or late or _Stop.signum):
+        if not (timed_out or late or stopped):
             # The launcher is gone; nothing of the run should be left on the head.
             leftovers, survivors = end_run(run_id, grace)
             if leftovers:
@@ -287,7 +288,7 @@ class Run:
         # ends the ranks it started, but torchrun's workers, in process groups of their own, can
         # outlive a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false).
         ended = None
-        if (rc != 0 or timed_out or late or _Stop.signum) and plan.check_nodes and len(self.nodes) > 1:
+        if (rc != 0 or timed_out or late or stopped) and plan.check_nodes and len(self.nodes) > 1:
             ended = end_run_on_nodes(self.nodes, plan.head, plan.ssh, plan.python, run_id, grace)
             result.update(stopped_on_nodes=ended["stopped"],
                           silent_nodes=[node["name"] for node in ended["silent"]])
@@ -306,9 +307,9 @@ class Run:
                    f"of it ran on {', '.join(late)} (a launcher waiting for a node whose daemon cannot call "
                    f"back: check the node's cluster interface and firewall, or raise start_timeout), and it "
                    f"was ended; logs under {paths['run']}{left}")
-        elif _Stop.signum:
+        elif stopped:
             state = "stopped"
-            msg = (f"run {run_id} was stopped ({signal.Signals(_Stop.signum).name} to its "
+            msg = (f"run {run_id} was stopped ({signal.Signals(stopped).name} to its "
                    f"supervisor: launch_action=stop, torchfleet stop or Ctrl-C); logs under {paths['run']}{left}")
         elif rc != 0:
             state = "failed"

@@ -217,3 +217,17 @@ def test_end_report_names_the_cause_and_quotes_the_failing_log():
     assert err[1] == "torchfleet: the last lines of /runs/r/workers/x/attempt_0/0/stderr.log on n2:"
     assert err[2] == "  ModuleNotFoundError: No module named 'sympy'"
     assert follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0}, "n0")[1] == []
+
+
+def test_a_run_whose_head_restarted_reads_as_lost_to_every_reader(tmp_path):
+    record = rr.RunRecord(run_id="tf-r", command="c", nodes=["h"], slots=[1], head="h", mode="torchrun", nproc=1,
+                          world_size=2, started="t", started_at=1.0, log_dir=str(tmp_path), launcher_log="l",
+                          supervisor_pid=os.getpid(), supervisor_start=rr.process_start(os.getpid()),
+                          boot_id="another-boot", msg="run tf-r is running")
+    rr.write_state(str(tmp_path), record.to_dict())
+    read = rr.read_state(str(tmp_path))
+    assert read["state"] == "lost"
+    assert read["msg"].startswith("run tf-r is lost: its supervisor is gone (the head restarted)")
+    out, err = follow.end_report(read, "h")
+    assert out == [f"run tf-r: rc -, world size 2, - s, lost, logs in {tmp_path} on h"]
+    assert "is running" not in " ".join(out + err)

@@ -760,3 +760,10 @@ def test_a_launcher_dies_with_its_killed_supervisor(tmp_path):
     while process_start(launcher) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert process_start(launcher) is None, "the launcher outlived its supervisor"  # gone, or a zombie
+
+
+def test_a_stop_that_lands_as_the_run_ends_keeps_the_runs_own_outcome(tmp_path):
+    # The launcher's last act is a stop to its supervisor; the run had ended by itself, with 0.
+    launcher = "import os, signal; os.kill(os.getppid(), signal.SIGTERM); os._exit(0)"
+    record = _supervised(tmp_path, "tf-unit-late-stop", [sys.executable, "-c", launcher], 0)
+    assert (record["state"], record["rc"]) == ("succeeded", 0), record["msg"]
