@@ -119,6 +119,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("start_timeout", "int", "Seconds from the launcher's start to a process of the run on every "
            "node; a launch past it is ended, naming the nodes where none started. 0 for no limit.",
            default=180),
+    Option("heartbeat_timeout", "int", "Seconds a node may not answer on the cluster network (a TCP "
+           "connection to its ssh port, which its kernel answers however busy the node is) before the "
+           "run is ended, naming it as the cause; 0 leaves it to silent_node_timeout.", default=12),
     Option("silent_node_timeout", "int", "Open MPI modes: seconds after which a node gone silent (off "
            "the network, powered off) ends the run, named; 0 leaves Open MPI's keepalive (480 s at "
            "best).", default=120),

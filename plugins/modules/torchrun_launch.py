@@ -194,6 +194,20 @@ options:
         longer answer C(ssh) from the head (RV(silent_nodes)). V(0) waits for ever.
     type: int
     default: 0
+  heartbeat_timeout:
+    description:
+      - Seconds a node may not answer on the cluster network before its run is ended, naming that
+        node as the cause (RV(lost_nodes)). Every 3 s the run's supervisor opens a TCP connection
+        from the head to each other node, on port 1 (closed, so the node's kernel refuses it, an answer
+        too, and no program logs it), or on port 22 where a firewall drops port 1. The kernel
+        answers however busy the training keeps the node, so a node cut off, powered off or crashed
+        is told from a slow one. A node that answers on neither at the start is not watched.
+      - A run that fails while a node does not answer names that node first, as the cause of the
+        ranks elsewhere that failed after it.
+      - Open MPI modes with O(check_nodes), not under O(scheduler=slurm). V(0) leaves a silent node
+        to O(silent_node_timeout).
+    type: int
+    default: 12
   silent_node_timeout:
     description:
       - Open MPI modes. Seconds after which a node that went silent (cut off from the network,
@@ -590,6 +604,14 @@ interface_changed:
   returned: when a node's cluster interface changed since setup
   type: list
   elements: str
+lost_nodes:
+  description:
+    - The nodes that stopped answering on the cluster network during the run, each with the time it
+      last answered (UTC, ISO 8601), when that ended the run (O(heartbeat_timeout)) or came before
+      its failure.
+  returned: when a node stopped answering
+  type: dict
+  sample: {gpu02: "2026-11-21T10:31:02+00:00"}
 never_started:
   description: The nodes where no process of the run started within O(start_timeout), when that ended it.
   returned: when the run did not start on every node in time
@@ -647,7 +669,7 @@ def main():
         required_if=[("state", "started", ("nodes", "head", "script"))],
         supports_check_mode=True,
     )
-    for name in ("launch_timeout", "start_timeout", "silent_node_timeout", "stop_grace"):
+    for name in ("launch_timeout", "start_timeout", "heartbeat_timeout", "silent_node_timeout", "stop_grace"):
         if module.params[name] < 0:
             module.fail_json(msg=f"{name} must be 0 or more seconds, got {module.params[name]}")
     if module.params["state"] == "stopped":

@@ -257,9 +257,10 @@ def test_ctrl_c_of_ansible_playbook_leaves_the_run_to_its_supervisor(cluster):
 
 
 def test_a_node_cut_off_mid_run_is_named_and_its_ranks_end_there(cluster):
-    # launch_timeout only bounds the test: the silent node must end the run long before it.
+    # launch_timeout only bounds the test: the silent node must end the run long before it. Open
+    # MPI's keepalive alone (the supervisor's heartbeat off): the test below has the heartbeat.
     launch, run_id = start_long_run(cluster, "-e", f"launch_silent_node_timeout={SILENT_NODE_TIMEOUT}",
-                                    "-e", f"launch_timeout={LAUNCH_TIMEOUT * 3}")
+                                    "-e", f"launch_timeout={LAUNCH_TIMEOUT * 3}", "-e", "launch_heartbeat_timeout=0")
     try:
         assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
         cut = time.monotonic()
@@ -308,5 +309,36 @@ def test_a_node_whose_cluster_interface_changed_is_refused_before_anything_start
     assert "ansible-playbook setup.yml -i INVENTORY" in flat
     assert '"interface_changed"' in output
     for node in NODES:
+        assert left_on(node) == [], node
+
+
+def test_a_node_cut_off_is_named_by_the_heartbeat_within_15_s_and_the_run_ended(cluster):
+    # The supervisor's own heartbeat (heartbeat_timeout, 12 s by default), long before Open MPI's
+    # keepalive (launch_silent_node_timeout, 120 s by default) and launch_timeout (the test's bound).
+    launch, run_id = start_long_run(cluster, "-e", f"launch_timeout={LAUNCH_TIMEOUT * 3}")
+    state = f"{RUNS}/{run_id}/state.json"
+    try:
+        assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
+        cut = time.monotonic()
+        named = None
+        while named is None and time.monotonic() - cut < 60:
+            record = json.loads(docker("exec", NODES[0], "cat", state).stdout or "{}")
+            if record.get("lost_nodes"):
+                named = time.monotonic() - cut
+            time.sleep(0.3)
+        rc, output, _since_start = launch.wait(90)
+        ended = time.monotonic() - cut
+    finally:
+        launch.kill()
+        restore(cluster)
+    print(f"cut off: named {named} s later, the run ended {ended:.1f} s later")
+    assert named is not None and named <= 15, named
+    assert rc != 0
+    result = module_result(output)
+    assert result["failed_host"] == NODES[2] and NODES[2] in result["lost_nodes"], result["msg"]
+    flat = " ".join(output.split())
+    assert f"{NODES[2]} stopped answering at " in flat and "heartbeat_timeout, 12 s" in flat
+    assert not result.get("timed_out")
+    for node in NODES[:2]:
         assert left_on(node) == [], node
 

@@ -99,6 +99,7 @@ class RunRecord:
     silent_nodes: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
     survivors: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
     never_started: list | None = field(default=None, metadata=_shown(RESULT, REPORTED, optional=True))
+    lost_nodes: dict | None = field(default=None, metadata=_shown(RESULT, REPORTED, optional=True))  # {node: since}
 
     @classmethod
     def keys(cls, shown_in: str | None = None) -> tuple:
@@ -144,6 +145,7 @@ class SupervisorPlan:
     scheduler: str = "none"
     sbatch: list | None = None
     start_timeout: int = 0  # seconds to a process of the run on every node; 0: no limit
+    heartbeat_timeout: int = 0  # seconds a node may not answer before the run ends; 0: not watched
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:

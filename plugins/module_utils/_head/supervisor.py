@@ -22,15 +22,38 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from types import SimpleNamespace
 
 from . import report, slurm
-from .fanout import PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
+from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
 from .probe import SUPERVISOR_VAR, end_run, read_end
 from .record import RunRecord, SupervisorPlan, boot_id, process_start, write_state
 
 START_POLL = 1.0  # seconds between the start watch's looks at the nodes
+HEARTBEAT_EVERY = 3.0  # seconds between the heartbeat's looks at the other nodes
+# Where the heartbeat knocks: port 1, closed everywhere, so the node's kernel refuses it and no
+# program sees it (no log line every 3 s); else, where a firewall drops it, the ssh port.
+HEARTBEAT_PORTS = (1, 22)
+
+
+def node_answers(address: str, port: int, timeout: float = HEARTBEAT_EVERY) -> bool:
+    """Whether the node's kernel answers on the cluster network: a TCP connection, or a refusal
+    (an answer too). No process starts on the node, so a node whose CPUs the training saturates
+    still answers; one cut off, powered off or crashed does not."""
+    try:
+        socket.create_connection((address, port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def heartbeat_port(address: str) -> int | None:
+    """The first of HEARTBEAT_PORTS the node answers on; None if it answers on none."""
+    return next((port for port in HEARTBEAT_PORTS if node_answers(address, port)), None)
 
 
 class _Stop:
@@ -88,8 +111,10 @@ def launcher_env() -> dict:
     return env
 
 
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def now_iso(at: float | None = None) -> str:
+    """UTC, ISO 8601, of now or of the time.time() `at`."""
+    when = datetime.now(timezone.utc) if at is None else datetime.fromtimestamp(at, timezone.utc)
+    return when.isoformat(timespec="seconds")
 
 
 def new_record(plan: SupervisorPlan) -> RunRecord:
@@ -172,6 +197,7 @@ class Run:
         self.run_dir = run_dir
         self.nodes = [SimpleNamespace(**node) for node in self.plan.nodes]
         self.record = new_record(self.plan)
+        self.ended = threading.Event()  # the launcher is gone: the watches stop looking
 
     def save(self, **changes) -> None:
         self.record = self.record.updated(**changes)
@@ -224,7 +250,7 @@ class Run:
         nodes = self.nodes if self.plan.check_nodes else [n for n in self.nodes if n.name == self.plan.head]
         deadline = time.monotonic() + seconds
         launchers = {os.getpid(), launcher_pid}
-        while _Stop.signum is None:
+        while _Stop.signum is None and not self.ended.is_set():
             left = max(1, int(deadline - time.monotonic()))
             missing = nodes_without_ranks(nodes, self.plan.head, self.plan.ssh, self.plan.python,
                                           self.plan.run_id, launchers, self.plan.control_dir,
@@ -235,6 +261,29 @@ class Run:
                 late.extend(missing)
                 return
             time.sleep(START_POLL)
+
+    def watch_nodes(self, seconds: int, lost: dict, unanswered: dict) -> None:
+        """In a thread, for the whole run: every HEARTBEAT_EVERY s, whether each other node
+        answers (node_answers). A node silent for `seconds` goes into `lost` ({name: since},
+        which ends the run, naming it); one silent for less is in `unanswered`, for the report of
+        a run that failed meanwhile. Nodes that did not answer at the start are not watched."""
+        others = [node for node in self.nodes if node.name != self.plan.head]
+        with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others))) as pool:
+            ports = dict(zip((node.name for node in others), pool.map(lambda n: heartbeat_port(n.address), others)))
+            watched = [node for node in others if ports[node.name]]
+            seen = {node.name: time.monotonic() for node in watched}
+            while not self.ended.is_set() and watched:
+                began = time.monotonic()
+                for node, ok in zip(watched, pool.map(lambda n: node_answers(n.address, ports[n.name]), watched)):
+                    if ok:
+                        seen[node.name] = began
+                        unanswered.pop(node.name, None)
+                        continue
+                    since = now_iso(time.time() - (time.monotonic() - seen[node.name]))
+                    unanswered.setdefault(node.name, since)
+                    if time.monotonic() - seen[node.name] >= seconds:
+                        lost.setdefault(node.name, since)
+                self.ended.wait(max(0.0, HEARTBEAT_EVERY - (time.monotonic() - began)))
 
     def supervise(self) -> RunRecord:
         plan, paths, run_id = self.plan, self.plan.paths, self.plan.run_id
@@ -257,6 +306,11 @@ class Run:
         if plan.start_timeout and not slurm_job:
             threading.Thread(target=self.watch_start, args=(proc.pid, plan.start_timeout, watched),
                              daemon=True).start()
+        lost, unanswered, gone = {}, {}, {}
+        watching = bool(plan.heartbeat_timeout and plan.check_nodes and not slurm_job and len(self.nodes) > 1)
+        if watching:
+            threading.Thread(target=self.watch_nodes, args=(plan.heartbeat_timeout, lost, unanswered),
+                             daemon=True).start()
         while True:
             try:
                 proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
@@ -265,8 +319,11 @@ class Run:
                 pass
             timed_out = bool(timeout) and time.monotonic() - started >= timeout
             late = list(watched)  # as the watch said it when the run was ended, never later
+            gone = dict(lost)
             stopped = _Stop.signum  # a stop heard after the launcher's end changes nothing of it
-            if timed_out or late or stopped is not None:
+            if timed_out or late or gone or stopped is not None:
+                if gone:  # said at once: the end takes the stop's grace and the clean-up
+                    self.save(lost_nodes=gone)
                 if slurm_job:
                     waiting = (proc.info.get("JobState"), proc.info.get("Reason"))  # before scancel
                     proc.cancel(grace)
@@ -274,7 +331,8 @@ class Run:
                 else:
                     survivors = stop_launcher(proc, run_id, grace)
                 break
-        if not (timed_out or late or stopped):
+        self.ended.set()
+        if not (timed_out or late or gone or stopped):
             # The launcher is gone; nothing of the run should be left on the head.
             leftovers, survivors = end_run(run_id, grace)
             if leftovers:
@@ -288,7 +346,7 @@ class Run:
         # ends the ranks it started, but torchrun's workers, in process groups of their own, can
         # outlive a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false).
         ended = None
-        if (rc != 0 or timed_out or late or stopped) and plan.check_nodes and len(self.nodes) > 1:
+        if (rc != 0 or timed_out or late or gone or stopped) and plan.check_nodes and len(self.nodes) > 1:
             ended = end_run_on_nodes(self.nodes, plan.head, plan.ssh, plan.python, run_id, grace)
             result.update(stopped_on_nodes=ended["stopped"],
                           silent_nodes=[node["name"] for node in ended["silent"]])
@@ -307,6 +365,12 @@ class Run:
                    f"of it ran on {', '.join(late)} (a launcher waiting for a node whose daemon cannot call "
                    f"back: check the node's cluster interface and firewall, or raise start_timeout), and it "
                    f"was ended; logs under {paths['run']}{left}")
+        elif gone:
+            state = "failed"
+            result.update(lost_nodes=gone, failed_host=next(iter(gone)))
+            named = "; ".join(f"{name} stopped answering at {since}" for name, since in gone.items())
+            msg = (f"{named} (no answer on the cluster network for heartbeat_timeout, {plan.heartbeat_timeout} s: "
+                   f"cut off, powered off or crashed); run {run_id} was ended; logs under {paths['run']}{left}")
         elif stopped:
             state = "stopped"
             msg = (f"run {run_id} was stopped ({signal.Signals(stopped).name} to its "
@@ -318,6 +382,18 @@ class Run:
                 read_log=self.read_log)
             result.update(failure)
             msg = report.failure_message(run_id, rc, failure, paths) + left
+            # A node gone is the cause of the ranks elsewhere that failed after it: said first.
+            # Asked again now: the ranks can fail faster than the heartbeat's next look.
+            silent = dict(unanswered)
+            if watching:
+                others = [node for node in self.nodes if node.name != plan.head and node.name not in silent]
+                with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others) or 1)) as pool:
+                    answered = list(pool.map(lambda n: heartbeat_port(n.address) is not None, others))
+                silent.update((node.name, now_iso()) for node, ok in zip(others, answered) if not ok)
+            if silent:
+                result["lost_nodes"] = silent
+                msg = "; ".join(f"{name} stopped answering at {since}" for name, since in silent.items()) + \
+                    f"; then {msg}"
             if slurm_job and proc.info.get("JobState") not in ("COMPLETED", "FAILED"):
                 msg = f"Slurm ended job {proc.job_id}: {proc.info.get('JobState')} " \
                       f"({proc.info.get('Reason')}); {msg}"

@@ -767,3 +767,9 @@ def test_a_stop_that_lands_as_the_run_ends_keeps_the_runs_own_outcome(tmp_path):
     launcher = "import os, signal; os.kill(os.getppid(), signal.SIGTERM); os._exit(0)"
     record = _supervised(tmp_path, "tf-unit-late-stop", [sys.executable, "-c", launcher], 0)
     assert (record["state"], record["rc"]) == ("succeeded", 0), record["msg"]
+
+
+def test_the_heartbeat_takes_a_refusal_as_an_answer_on_port_1():
+    # Port 1 is closed here: the kernel's refusal is the answer, and no program sees the knock.
+    assert supervisor.node_answers("127.0.0.1", 1)
+    assert supervisor.heartbeat_port("127.0.0.1") == 1
