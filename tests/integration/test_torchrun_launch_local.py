@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_launch as tl
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import find_run_processes, stop_processes
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "torchfleet.cluster.torchrun_launch"
@@ -71,7 +71,7 @@ def free_port() -> int:
 
 
 def alive(run_id: str) -> list[dict]:
-    return tl.find_run_processes({run_id})
+    return find_run_processes({run_id})
 
 
 def poll(condition, what: str, limit: float = LIMIT):
@@ -148,9 +148,9 @@ class Cluster:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=LIMIT)
-        left = tl.find_run_processes(set(self.run_ids))
+        left = find_run_processes(set(self.run_ids))
         if left:
-            tl.stop_processes(left, 1)
+            stop_processes(left, 1)
         return left
 
 
