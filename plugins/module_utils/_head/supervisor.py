@@ -31,7 +31,8 @@ from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_n
 from .probe import SUPERVISOR_VAR, end_run, read_end
 from .record import RunRecord, SupervisorPlan, boot_id, process_start, write_state
 
-START_POLL = 1.0  # seconds between the start watch's looks at the nodes
+START_FIRST_LOOK = 5.0  # seconds from the launcher's start to the start watch's first look
+START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
 HEARTBEAT_EVERY = 3.0  # seconds between the heartbeat's looks at the other nodes
 # Where the heartbeat knocks: port 1, closed everywhere, so the node's kernel refuses it and no
 # program sees it (no log line every 3 s); else, where a firewall drops it, the ssh port.
@@ -250,6 +251,10 @@ class Run:
         nodes = self.nodes if self.plan.check_nodes else [n for n in self.nodes if n.name == self.plan.head]
         deadline = time.monotonic() + seconds
         launchers = {os.getpid(), launcher_pid}
+        # The first look waits: most runs have started everywhere by then, and a short one has
+        # ended, and costs no probe of every node.
+        if self.ended.wait(min(START_FIRST_LOOK, seconds)):
+            return
         while _Stop.signum is None and not self.ended.is_set():
             left = max(1, int(deadline - time.monotonic()))
             missing = nodes_without_ranks(nodes, self.plan.head, self.plan.ssh, self.plan.python,
@@ -260,7 +265,7 @@ class Run:
             if time.monotonic() >= deadline:
                 late.extend(missing)
                 return
-            time.sleep(START_POLL)
+            self.ended.wait(START_POLL)
 
     def watch_nodes(self, seconds: int, lost: dict, unanswered: dict) -> None:
         """In a thread, for the whole run: every HEARTBEAT_EVERY s, whether each other node
