@@ -179,12 +179,46 @@ def write_state(run_dir: str, record: dict) -> None:
     """Replace the run's record whole: a reader sees the old one or the new one."""
     path = os.path.join(run_dir, STATE_FILE)
     partial = f"{path}.{os.getpid()}.partial"
-    with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640), "w") as handle:
-        json.dump(record, handle, indent=1, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
+    try:
+        with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640), "w") as handle:
+            json.dump(record, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except OSError:
+        try:
+            os.unlink(partial)
+        except OSError:
+            pass
+        raise
+
+
+# Space kept for the run's last record: a run that fills its disk still records how it ended.
+RESERVE_FILE = "state.reserve"
+RESERVE_BYTES = 1 << 20
+
+
+def reserve_space(run_dir: str) -> None:
+    """Take RESERVE_BYTES in the run's directory for its last record (best effort: a disk already
+    full, or a file system without fallocate, keeps none)."""
+    try:
+        fd = os.open(os.path.join(run_dir, RESERVE_FILE), os.O_WRONLY | os.O_CREAT, 0o640)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, RESERVE_BYTES)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def release_space(run_dir: str) -> None:
+    try:
+        os.unlink(os.path.join(run_dir, RESERVE_FILE))
+    except OSError:
+        pass
 
 
 def supervisor_alive(record: dict) -> bool:

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 from . import report, slurm
 from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
 from .probe import SUPERVISOR_VAR, end_run, read_end
-from .record import RunRecord, SupervisorPlan, boot_id, process_start, write_state
+from .record import RunRecord, SupervisorPlan, boot_id, process_start, release_space, reserve_space, write_state
 
 START_FIRST_LOOK = 5.0  # seconds from the launcher's start to the start watch's first look
 START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
@@ -200,9 +200,23 @@ class Run:
         self.record = new_record(self.plan)
         self.ended = threading.Event()  # the launcher is gone: the watches stop looking
 
-    def save(self, **changes) -> None:
+    def save(self, final: bool = False, required: bool = False, **changes) -> None:
+        """Write the record. Along the run a full disk skips a write (the next one says more),
+        unless the module waits for it (`required`: the start, the launcher's pid); the last one
+        takes the space kept for it (reserve_space) rather than fail."""
         self.record = self.record.updated(**changes)
-        write_state(self.run_dir, self.record.to_dict())
+        try:
+            write_state(self.run_dir, self.record.to_dict())
+        except OSError as err:
+            if required and not final:
+                raise
+            if not final:
+                print(f"cannot write the run's record now: {err}", file=sys.stderr, flush=True)
+                return
+            release_space(self.run_dir)
+            write_state(self.run_dir, self.record.to_dict())
+        if final:
+            release_space(self.run_dir)
 
     def ask(self, nodes, requests: dict, **kwargs) -> dict:
         plan = self.plan
@@ -294,7 +308,8 @@ class Run:
         plan, paths, run_id = self.plan, self.plan.paths, self.plan.run_id
         grace, timeout = plan.stop_grace, plan.launch_timeout
         slurm_job = plan.scheduler == "slurm"
-        self.save()
+        reserve_space(self.run_dir)
+        self.save(required=True)
         try:
             if slurm_job:
                 proc = SlurmJob(self)
@@ -302,11 +317,11 @@ class Run:
             else:
                 proc = self.start()
         except (OSError, subprocess.SubprocessError, slurm.SlurmError) as err:
-            self.save(state="failed", rc=127, ended=now_iso(), duration=0.0,
+            self.save(final=True, state="failed", rc=127, ended=now_iso(), duration=0.0,
                       msg=f"cannot start {plan.argv[0]}: {err}" if not slurm_job else str(err))
             return self.record
         started = time.monotonic()
-        self.save(launcher_pid=proc.pid)
+        self.save(required=True, launcher_pid=proc.pid)
         timed_out, survivors, warnings, watched, late, stopped = False, [], [], [], [], None
         if plan.start_timeout and not slurm_job:
             threading.Thread(target=self.watch_start, args=(proc.pid, plan.start_timeout, watched),
@@ -412,7 +427,7 @@ class Run:
         if plan.control_dir:
             close_ssh_masters(plan.ssh, plan.control_dir,
                               [node.address for node in self.nodes if node.name != plan.head])
-        self.save(state=state, msg=msg, ended=now_iso(), **result)
+        self.save(final=True, state=state, msg=msg, ended=now_iso(), **result)
         return self.record
 
 
@@ -443,7 +458,7 @@ def main(argv: list[str]) -> int:
     try:
         record = run.supervise()
     except Exception as err:  # noqa: BLE001 - recorded, so the run never reads as running
-        run.save(state="failed", ended=now_iso(),
+        run.save(final=True, state="failed", ended=now_iso(),
                  msg=f"the supervisor of run {run.plan.run_id} failed: {type(err).__name__}: {err}; "
                      f"see supervisor.log in {run_dir}, and end what is left with {report.STOP_HINT}")
         raise

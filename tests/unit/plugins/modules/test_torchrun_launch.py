@@ -773,3 +773,20 @@ def test_the_heartbeat_takes_a_refusal_as_an_answer_on_port_1():
     # Port 1 is closed here: the kernel's refusal is the answer, and no program sees the knock.
     assert supervisor.node_answers("127.0.0.1", 1)
     assert supervisor.heartbeat_port("127.0.0.1") == 1
+
+
+def test_a_run_that_fills_its_disk_still_records_how_it_ended(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system for the run's directory needs root")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)], check=True)
+    try:
+        # The launcher writes until the disk is full, then ends well.
+        fill = ("f = open('fill', 'wb')\ntry:\n    while True:\n        f.write(b'x' * 65536)\n        f.flush()\n"
+                "except OSError:\n    pass\n")  # nothing printed: launcher.log is on the full disk too
+        record = _supervised(small, "tf-unit-full", [sys.executable, "-c", fill], 0)
+        assert (record["state"], record["rc"]) == ("succeeded", 0), record
+        assert not (small / "tf-unit-full" / "state.reserve").exists()  # given back once used
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
