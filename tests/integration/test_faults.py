@@ -341,4 +341,3 @@ def test_a_node_cut_off_is_named_by_the_heartbeat_within_15_s_and_the_run_ended(
     assert not result.get("timed_out")
     for node in NODES[:2]:
         assert left_on(node) == [], node
-

@@ -249,7 +249,7 @@ def test_two_launches_at_once_start_one_run_and_the_other_names_it(cluster):
     argv = torchfleet_argv(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
                            "--", *ENDLESS)
     both = [subprocess.Popen(argv, cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True) for _ in range(2)]
+                             text=True) for _launch in range(2)]
     results = [(proc.wait(timeout=LIMIT), *proc.communicate()) for proc in both]
     try:
         started = [out for rc, out, _err in results if rc == 0]

@@ -9,6 +9,7 @@ Add or change a launch option in the table, then run this; never edit those part
 """
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -47,7 +48,8 @@ def defaults_text() -> str:
     for name, (spec, default) in role_options().items():
         if default is None:
             continue
-        lines.append(f"# {spec['description']}\n{name}: {json.dumps(default)}\n")
+        comment = "".join(f"# {line}\n" for line in textwrap.wrap(spec["description"], 98))
+        lines.append(f"{comment}{name}: {json.dumps(default)}\n")
     return "".join(lines)
 
 

@@ -211,7 +211,7 @@ class Run:
             if required and not final:
                 raise
             if not final:
-                print(f"cannot write the run's record now: {err}", file=sys.stderr, flush=True)
+                sys.stderr.write(f"cannot write the run's record now: {err}\n")  # supervisor.log
                 return
             release_space(self.run_dir)
             write_state(self.run_dir, self.record.to_dict())
