@@ -1,30 +1,35 @@
 # -*- coding: utf-8 -*-
 # Copyright: torchfleet contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""One launch at a time per cluster, decided on the head: a start holds an exclusive lock in the
-runs' directory from before its checks of the nodes until its supervisor has recorded the run.
-A second start meanwhile is refused before it checks, copies or starts anything, naming the run
-that holds the lock; once that run is recorded, the checks find it alive and refuse as before.
-The lock is the kernel's (flock): a start that dies, however, lets it go with its process."""
+"""One launch at a time per cluster, decided on the head: a start holds an exclusive lock from
+before its checks of the nodes until its supervisor has recorded the run. A second start
+meanwhile is refused before it checks, copies or starts anything, naming the run that holds the
+lock; once that run is recorded, the checks find it alive and refuse as before. The lock is the
+kernel's (flock): a start that dies, however, lets it go with its process. Its file is the
+training account's scratch in the temporary directory, not in the runs' directory: a launch that
+is refused leaves every file of the account as it was."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 import time
 
-LOCK_FILE = ".launch.lock"
+
+def lock_path() -> str:
+    """The head's lock for this account's launches (one file per user, in the temporary directory)."""
+    return os.path.join(tempfile.gettempdir(), f"torchfleet-launch-{os.getuid()}.lock")
 
 
 class LaunchLocked(Exception):
     """Another start holds the lock; the message names its run and since when."""
 
 
-def hold(log_dir: str, run_id: str) -> int:
+def hold(run_id: str, path: str | None = None) -> int:
     """Take the lock (a file descriptor to keep open until the run is recorded, then `release`),
-    or raise LaunchLocked naming the run that holds it."""
-    os.makedirs(log_dir, mode=0o750, exist_ok=True)
-    fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o640)
+    or raise LaunchLocked naming the run that holds it. Never through a link: /tmp is everyone's."""
+    fd = os.open(path or lock_path(), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -37,12 +42,12 @@ def hold(log_dir: str, run_id: str) -> int:
     return fd
 
 
-def wait_free(log_dir: str, seconds: float) -> bool:
-    """Wait until no start holds the lock in `log_dir` (at most `seconds`), so that a stop sees the
-    run of a start in flight once it is recorded, or that start gone. True when free (or no
-    start ever ran here); the lock file is never created here."""
+def wait_free(seconds: float, path: str | None = None) -> bool:
+    """Wait until no start holds the lock (at most `seconds`), so that a stop sees the run of a
+    start in flight once it is recorded, or that start gone. True when free (or no start ever ran
+    here); the lock file is never created here."""
     try:
-        fd = os.open(os.path.join(log_dir, LOCK_FILE), os.O_RDONLY)
+        fd = os.open(path or lock_path(), os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return True
     deadline = time.monotonic() + seconds

@@ -267,13 +267,14 @@ def start_run(module, control_dir):
         result.update(argv=sbatch, command=shlex.join(sbatch), batch_script=script)
     if not module.check_mode:  # held until the supervisor has recorded the run (start_supervisor)
         try:
-            module.launch_lock = _launch_lock.hold(p["log_dir"], run_id)
+            module.launch_lock = _launch_lock.hold(run_id)
         except _launch_lock.LaunchLocked as held:
             module.fail_json(msg=f"refusing to launch: another launch is starting on this cluster ({held}), "
                                  f"and one launch at a time may start. Launch again once it has ended, or "
                                  f"stop it first with {STOP_HINT}", run_id=run_id)
         except OSError as err:
-            module.fail_json(msg=f"cannot take the launch lock in {p['log_dir']}: {err}", run_id=run_id)
+            module.fail_json(msg=f"cannot take the launch lock {_launch_lock.lock_path()} on the head: {err}; "
+                                 f"remove it if another account made it", run_id=run_id)
     stale = preflight_nodes(module, plan, run_dir, digests, control_dir)
     result["stale_files"] = stale
     if module.check_mode:

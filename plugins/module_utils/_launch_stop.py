@@ -37,7 +37,7 @@ START_IN_FLIGHT_WAIT = 120
 def run_stopped(module):
     run_id = module.params["run_id"]
     if not module.check_mode:
-        _launch_lock.wait_free(module.params["log_dir"], START_IN_FLIGHT_WAIT)
+        _launch_lock.wait_free(START_IN_FLIGHT_WAIT)
     procs = find_run_processes({run_id} if run_id else None)
     result = {"changed": bool(procs), "runs": group_runs(procs),
               "stopped": [{key: proc[key] for key in ("pid", "run_id", "cmdline")}

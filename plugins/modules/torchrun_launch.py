@@ -182,9 +182,6 @@ options:
         per-worker files, written on every node under the same path), and the supervisor's
         C(state.json) (the run's record), C(run.json) (its plan, no secret in it),
         C(supervisor/) and C(supervisor.log). Nothing there is ever deleted by torchfleet.
-      - A start holds C(.launch.lock) there from before its checks of the nodes until its run is
-        recorded, so that of two starts at once one is refused, naming the other's run; with
-        O(state=stopped), the stop waits for such a start (up to 120 s) so that it stops its run too.
     type: path
     default: ~/torchfleet/runs
   launch_timeout:
@@ -352,6 +349,10 @@ notes:
     E(LANGUAGE), E(LC_*), E(TZ), E(TMPDIR), E(LD_LIBRARY_PATH), E(SSH_AUTH_SOCK), E(OPAL_PREFIX),
     E(OMPI_MCA_*) and E(PMIX_MCA_*) of the module's environment, plus what O(env_pass) names, so
     that ranks on the head see the same environment as ranks on the other nodes.
+  - One launch at a time. A start holds a lock on the head (C(torchfleet-launch-UID.lock) in the
+    temporary directory) from before its checks of the nodes until its run is recorded, so that of
+    two starts at once one is refused, naming the other's run; with O(state=stopped), the stop
+    waits for such a start (up to 120 s) so that it stops its run too.
   - Without root, only this user's processes are seen and stopped. Processes in other PID
     namespaces (containers) are not this node's and are left alone.
 seealso:

@@ -30,6 +30,7 @@ ENDED = ("succeeded", "failed", "stopped", "timed_out")
 # scheduler's job changes state (pending and why, running), "E <record>" once.
 LINE, STATUS, END = "L ", "S ", "E "
 POLL = 0.05  # seconds between looks at a quiet log: a written line is shown within about this
+CHUNK = 1 << 20  # bytes of the log read at a time
 
 
 # Where a key of the record is shown besides state.json and torchrun_run_info: in the launch
@@ -352,10 +353,12 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
                 if position is None:
                     position = 0 if from_start else handle.seek(0, os.SEEK_END)
                 handle.seek(position)
-                data = handle.read()
+                data = handle.read(CHUNK)  # memory bounded by a chunk and the longest line
         except FileNotFoundError:
             data = b""
         position = (position or 0) + len(data)
+        more = len(data) == CHUNK  # the log holds more now: read on before saying the end
+        ended = ended and not more
         lines = (partial + data).split(b"\n")
         partial = lines.pop()
         if ended and partial:  # the run is over: nothing will complete the last line
@@ -373,6 +376,8 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
             return record
         if not data:
             time.sleep(POLL)
+        if more:
+            continue
         # Read the log once more after the record says the run ended: the launcher's last words
         # were written before the record.
         record = read_state(run_dir) or record

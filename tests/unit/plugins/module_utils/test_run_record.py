@@ -231,3 +231,20 @@ def test_a_run_whose_head_restarted_reads_as_lost_to_every_reader(tmp_path):
     out, err = follow.end_report(read, "h")
     assert out == [f"run tf-r: rc -, world size 2, - s, lost, logs in {tmp_path} on h"]
     assert "is running" not in " ".join(out + err)
+
+
+def test_follow_reads_a_large_log_in_chunks_and_delivers_every_line_once(tmp_path):
+    run_dir = tmp_path / "big"
+    run_dir.mkdir()
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0))
+    long_line = "y" * (3 * rr.CHUNK // 2)  # a line longer than a chunk arrives whole
+    with open(run_dir / "launcher.log", "w") as handle:
+        for number in range(60_000):
+            handle.write(f"[1,0]<stdout>:[default0]:line {number:06d} {'x' * 60}\n")
+        handle.write(f"[1,0]<stdout>:[default0]:{long_line}\n[1,0]<stdout>:[default0]:the end, no newline")
+    out = io.StringIO()
+    rr.follow(str(run_dir), "0", out=out)
+    lines = out.getvalue().splitlines()
+    assert lines[:60_000] == [f"L line {number:06d} {'x' * 60}" for number in range(60_000)]
+    assert lines[60_000:60_002] == [f"L {long_line}", "L the end, no newline"]
+    assert json.loads(lines[-1][2:])["state"] == "succeeded" and len(lines) == 60_003

@@ -723,17 +723,18 @@ def test_a_run_whose_ranks_started_outlives_start_timeout(tmp_path):
 
 def test_one_start_at_a_time_holds_the_launch_lock_and_names_its_run(tmp_path):
     from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
-    log_dir = str(tmp_path / "runs")
-    held = _launch_lock.hold(log_dir, "tf-first")
+    lock = str(tmp_path / "launch.lock")
+    held = _launch_lock.hold("tf-first", lock)
     # Another process, as a second launch on the head would be: refused, naming the first run.
     probe = ("import sys; from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock as l\n"
-             "try:\n    l.hold(sys.argv[1], 'tf-second')\nexcept l.LaunchLocked as e:\n    print(e); sys.exit(3)")
+             "try:\n    l.hold('tf-second', sys.argv[1])\nexcept l.LaunchLocked as e:\n    print(e); sys.exit(3)")
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[4] / ".collections"))
-    second = subprocess.run([sys.executable, "-c", probe, log_dir], capture_output=True, text=True, env=env, check=False)
+    second = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True, env=env, check=False)
     assert second.returncode == 3, second.stderr
     assert second.stdout.startswith("run tf-first (started ")
     _launch_lock.release(held)
-    again = subprocess.run([sys.executable, "-c", probe, log_dir], capture_output=True, text=True, env=env, check=False)
+    assert _launch_lock.wait_free(1, lock)
+    again = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True, env=env, check=False)
     assert again.returncode == 0, again.stdout + again.stderr
 
 
