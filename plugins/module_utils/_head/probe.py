@@ -134,6 +134,21 @@ def _ancestors() -> set[int]:
     return pids
 
 
+# Open MPI's daemon carries no TORCHFLEET_RUN_ID, but its command line names the run's per-rank
+# log directory (RUNS/RUN_ID/ranks): a daemon whose mpirun died before telling it to go is found
+# by that, and ended with the rest of its run.
+_DAEMON_RUN = re.compile(rb"orte_output_filename\x00[^\x00]*/([A-Za-z0-9_.-]{1,64})/ranks\x00")
+
+
+def daemon_run_id(cmdline_bytes: bytes) -> str | None:
+    """The run of an Open MPI daemon (orted), from its command line; None for anything else."""
+    argv0 = cmdline_bytes.split(b"\x00", 1)[0]
+    if not argv0.endswith(b"orted"):
+        return None
+    found = _DAEMON_RUN.search(cmdline_bytes)
+    return found.group(1).decode() if found else None
+
+
 def find_run_processes(run_ids=None) -> list[dict]:
     """Processes on this node carrying TORCHFLEET_RUN_ID (only those in `run_ids` if given):
     this user's, or everyone's as root, in this PID namespace. Zombies have an empty environ,
@@ -156,7 +171,7 @@ def find_run_processes(run_ids=None) -> list[dict]:
             if own_ns is not None and os.readlink(f"{base}/ns/pid") != own_ns:
                 continue
             environ = read_bytes(f"{base}/environ")
-            run_id = env_value(environ)
+            run_id = env_value(environ) or daemon_run_id(read_bytes(f"{base}/cmdline"))
             if run_id is None or (run_ids is not None and run_id not in run_ids):
                 continue
             line = cmdline(entry, 300)

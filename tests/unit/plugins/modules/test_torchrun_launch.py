@@ -791,3 +791,11 @@ def test_a_run_that_fills_its_disk_still_records_how_it_ended(tmp_path):
         assert not (small / "tf-unit-full" / "state.reserve").exists()  # given back once used
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_an_open_mpi_daemon_is_known_by_its_runs_log_directory():
+    argv = [b"/usr/bin/orted", b"--daemonize", b"-mca", b"ess", b"env", b"-mca", b"orte_output_filename",
+            b"/home/torchfleet/torchfleet/runs/tf-20261125-164309-2f2f29/ranks", b"-mca", b"orte_tag_output", b"1"]
+    assert node_probe.daemon_run_id(b"\0".join(argv) + b"\0") == "tf-20261125-164309-2f2f29"
+    assert node_probe.daemon_run_id(b"/usr/bin/python3\0-c\0orte_output_filename\0/x/tf-1/ranks\0") is None
+    assert node_probe.daemon_run_id(b"/usr/bin/orted\0--daemonize\0") is None
