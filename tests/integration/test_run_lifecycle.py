@@ -204,7 +204,7 @@ def test_ctrl_c_of_an_attached_launch_stops_the_run_everywhere(cluster):
     assert runs_json(cluster)[run_id]["state"] == "stopped"
 
 
-def test_a_supervisor_killed_mid_run_takes_its_run_with_it_and_reads_as_lost(cluster):
+def test_a_supervisor_killed_mid_run_reads_as_lost_and_stop_still_ends_the_run(cluster):
     detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
                           "--", *ENDLESS)
     assert detached.returncode == 0, detached.stderr[-3000:]
@@ -212,18 +212,14 @@ def test_a_supervisor_killed_mid_run_takes_its_run_with_it_and_reads_as_lost(clu
     killed = run(["docker", "exec", HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f", f"_head.supervisor {RUNS}/{run_id}"],
                  timeout=60)
     assert killed.returncode == 0, killed.stderr
-    killed_at = time.monotonic()
     assert runs_json(cluster)[run_id]["state"] == "lost"
-    # Never unsupervised: mpirun gets TERM when its supervisor dies, and ends every rank everywhere.
-
-    def training_gone():
-        return not any(line for node in NODES for line in left_on(node) if "orted" not in line)
-    wait_until(training_gone, 60, "no rank, torchrun or mpirun of the run left after its supervisor died")
-    print(f"no rank of the run left {time.monotonic() - killed_at:.1f} s after its supervisor was killed")
-    # An Open MPI daemon that mpirun could not tell to go may linger: stop ends it, by its run.
+    # The run itself goes on without its supervisor, until stopped.
+    for node in NODES:
+        assert any("train.py" in line for line in left_on(node)), node
     stopped = torchfleet(cluster, "stop", run_id)
     assert stopped.returncode == 0, stopped.stderr[-3000:]
-    wait_until(nothing_alive, 30, "nothing of the run left on any node after stop")
+    for node in NODES:
+        assert left_on(node) == [], node
     assert runs_json(cluster)[run_id]["state"] == "lost"
 
 

@@ -14,7 +14,6 @@ library only: it runs outside Ansible.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -83,26 +82,6 @@ def stop_launcher(proc, run_id: str, grace: int) -> list[dict]:
             pass
         proc.wait()
     return end_run(run_id, grace)[1]
-
-
-PR_SET_PDEATHSIG = 1  # prctl(2)
-
-
-def dies_with(parent: int):
-    """For the launcher, between fork and exec: SIGTERM to it when its supervisor dies (SIGKILL,
-    the OOM killer). mpirun takes TERM as a stop and ends every rank on every node, so a run is
-    never left running unsupervised: without its supervisor nothing would enforce its timeouts,
-    clean up after a failure or record its end (readers then say `lost`). Taking the run back
-    with a new supervisor would need the launcher's exit status, which only its parent can
-    collect. Where prctl is missing (not Linux) the launcher runs on as before."""
-    def arm():
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        except (OSError, AttributeError):
-            return
-        if os.getppid() != parent:  # the supervisor died before the line above
-            os.kill(os.getpid(), signal.SIGTERM)
-    return arm
 
 
 def launcher_env() -> dict:
@@ -253,8 +232,7 @@ class Run:
         try:
             # A session of its own: one killpg reaches the launcher and what it started here.
             return subprocess.Popen(plan.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True, cwd=plan.cwd,
-                                    preexec_fn=dies_with(os.getpid()))
+                                    stderr=subprocess.STDOUT, start_new_session=True, cwd=plan.cwd)
         finally:
             os.close(log)
 

@@ -38,7 +38,6 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head import fa
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
     PLAN_FILE,
     SupervisorPlan,
-    process_start,
     read_state,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import probe as node_probe
@@ -736,31 +735,6 @@ def test_one_start_at_a_time_holds_the_launch_lock_and_names_its_run(tmp_path):
     assert _launch_lock.wait_free(1, lock)
     again = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True, env=env, check=False)
     assert again.returncode == 0, again.stdout + again.stderr
-
-
-def test_a_launcher_dies_with_its_killed_supervisor(tmp_path):
-    run_dir = tmp_path / "tf-unit-orphan"
-    (run_dir / "supervisor").mkdir(parents=True)
-    package = start.copy_head_package(str(run_dir / "supervisor"))
-    paths = {"run": str(run_dir), "launcher": str(run_dir / "launcher.log"), "ranks": "", "workers": ""}
-    plan = SupervisorPlan(
-        run_id=run_dir.name, argv=[sys.executable, "-c", "import time; time.sleep(600)"], cwd=None, command="x",
-        nodes=[{"name": "here", "address": "127.0.0.1", "slots": 1}], head="here", mode="rank", nproc=1,
-        world_size=1, python=sys.executable, ssh=None, check_nodes=False, control_dir=None, launch_timeout=0,
-        stop_grace=1, paths=paths)
-    (run_dir / PLAN_FILE).write_text(plan.to_json())
-    env = {"PATH": os.environ["PATH"], node_probe.RUN_ID_VAR: run_dir.name, node_probe.SUPERVISOR_VAR: run_dir.name}
-    proc = supervisor.start(sys.executable, package, str(run_dir), env)
-    deadline = time.monotonic() + 30
-    while not (read_state(str(run_dir)) or {}).get("launcher_pid") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    launcher = read_state(str(run_dir))["launcher_pid"]
-    proc.kill()  # SIGKILL, as the OOM killer would
-    proc.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while process_start(launcher) is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert process_start(launcher) is None, "the launcher outlived its supervisor"  # gone, or a zombie
 
 
 def test_a_stop_that_lands_as_the_run_ends_keeps_the_runs_own_outcome(tmp_path):
