@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -132,6 +134,7 @@ LAUNCH = "torchfleet.cluster.torchrun_launch"
 # this, as `docker run` does for its own errors: a run's own codes are 0 to 255 otherwise.
 REFUSED = 125
 INTERRUPTED = 130
+JSON_REPORT_LINES = 1000  # the last lines of a run that --json reports carry
 
 
 def _new_run_id() -> str:
@@ -228,7 +231,7 @@ def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True
 
     head = found["head"]
     ranks = ranks or ("all" if getattr(args, "all_ranks", False) else "0")
-    shown = []
+    shown = collections.deque(maxlen=JSON_REPORT_LINES)  # memory bounded whatever the run writes
 
     def on_line(text):
         if args.json:
@@ -260,7 +263,7 @@ def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True
         run_record = module_util("_head.record")
         keys = run_record.RunRecord.keys(run_record.REPORTED)
         print(json.dumps({"run_id": record.get("run_id"), "rc": follow.exit_code(record),
-                          "report": (shown or record.get("rank0_tail") or []) + out,
+                          "report": (list(shown) or record.get("rank0_tail") or []) + out,
                           "result": {key: record.get(key) for key in keys}, "artifacts": None}, indent=1))
     else:
         follow.print_lines(out)
@@ -326,18 +329,21 @@ def _logs(args: argparse.Namespace) -> int:
     found = _follow_target(args)
     if args.follow:
         return _follow_to_end(args, found, args.run_id, from_start=not args.since_now)
-    head, lines = found["head"], []
-    try:
-        record = follow.follow(head, found["hostvars"], args.run_id, "all" if args.all_ranks else "0",
-                               on_line=lines.append, until_end=False)
-    except follow.FollowError as error:
-        record = {"state": "unknown", "msg": str(error)}
-    if record.get("state") == "unknown":
-        print(f"torchfleet: no log of {'run ' + args.run_id if args.run_id else 'any run'} on "
-              f"{head.name}: {record.get('msg')}", file=sys.stderr)
-        return 1
-    print(f"# {record['run_id']} ({record['state']})")
-    follow.print_lines(lines)
+    head = found["head"]
+    # The header names the state, known at the end: the lines wait in a file past a few MiB.
+    with tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+", encoding="utf-8") as lines:
+        try:
+            record = follow.follow(head, found["hostvars"], args.run_id, "all" if args.all_ranks else "0",
+                                   on_line=lambda text: lines.write(text + "\n"), until_end=False)
+        except follow.FollowError as error:
+            record = {"state": "unknown", "msg": str(error)}
+        if record.get("state") == "unknown":
+            print(f"torchfleet: no log of {'run ' + args.run_id if args.run_id else 'any run'} on "
+                  f"{head.name}: {record.get('msg')}", file=sys.stderr)
+            return 1
+        print(f"# {record['run_id']} ({record['state']})", flush=True)
+        lines.seek(0)
+        shutil.copyfileobj(lines, sys.stdout)
     if record.get("state") == "running":
         print(f"torchfleet: run {record['run_id']} is still running (torchfleet logs -f follows it)",
               file=sys.stderr)
@@ -351,6 +357,12 @@ def _runs(args: argparse.Namespace) -> int:
     """The cluster's runs, newest first, from their records on the head (torchrun_run_info)."""
     from torchfleet.inventory import cluster_vars
 
+    if (args.keep is not None or args.older_than is not None) and not args.prune:
+        raise UsageError("--keep and --older-than choose what --prune removes: add --prune")
+    if args.prune and args.keep is None and args.older_than is None:
+        raise UsageError("--prune needs --keep N (the newest runs to keep) or --older-than DAYS, or both")
+    if (args.keep is not None and args.keep < 0) or (args.older_than is not None and args.older_than < 0):
+        raise UsageError("--keep and --older-than take a number of at least 0")
     found = cluster_vars(args.inventory, args.extra_vars)
     args.limit = None
     outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps({"log_dir": found["log_dir"]}),
@@ -358,6 +370,8 @@ def _runs(args: argparse.Namespace) -> int:
     runs = next((item["res"].get("runs", []) for item in outcome.progress.results), [])
     if outcome.rc != 0:
         return _finish(args, outcome, {})
+    if args.prune:
+        return _prune(args, found, runs)
     if args.json:
         from torchfleet.collection import module_util
 
@@ -380,6 +394,30 @@ def _runs(args: argparse.Namespace) -> int:
         print(f"{run['run_id']:<28} {run['state']:<10} {rc:>4} {run.get('started') or '-':<26} "
               f"{duration:>9} {run.get('world_size') or '-':>5}  {failed}")
     return 0
+
+
+def _prune(args: argparse.Namespace, found: dict, runs: list) -> int:
+    """Remove the chosen ended runs' directories on every node of the cluster."""
+    from torchfleet.collection import module_util
+
+    chosen = module_util("_run_prune").prunable(runs, args.keep, args.older_than)
+    if not chosen:
+        print("torchfleet: no ended run to prune", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"pruned": [], "kept": {}, "rc": 0}, indent=1))
+        return 0
+    outcome = _adhoc(args, "torchfleet.cluster.torchrun_prune",
+                     json.dumps({"log_dir": found["log_dir"], "run_ids": chosen}), found["group"],
+                     ["--become", "--become-user", found["user"]])
+    kept = {item["host"]: item["res"].get("kept", {}) for item in outcome.progress.results
+            if item["res"].get("kept")}
+    pruned = [run_id for run_id in chosen if not any(run_id in why for why in kept.values())]
+    if not args.json:
+        print(f"torchfleet: pruned {len(pruned)} run(s){': ' + ', '.join(pruned) if pruned else ''}")
+        for host, why in sorted(kept.items()):
+            for run_id, reason in why.items():
+                print(f"torchfleet: kept {run_id} on {host}: {reason}", file=sys.stderr)
+    return _finish(args, outcome, {"pruned": pruned, "kept": kept})
 
 
 def _adhoc(args: argparse.Namespace, module: str, module_args: str, pattern: str, extra: list[str]):
@@ -520,8 +558,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="wait for a run to end, print its end report, exit with its exit code")
     wait.add_argument("run_id", nargs="?", help="the run (default: the newest)")
     wait.set_defaults(func=_wait)
-    sub.add_parser("runs", parents=[common], help="the cluster's runs, newest first, with their state "
-                   "and exit code").set_defaults(func=_runs)
+    runs = sub.add_parser("runs", parents=[common], help="the cluster's runs, newest first, with their "
+                          "state and exit code; --prune removes old ones")
+    runs.add_argument("--prune", action="store_true",
+                      help="remove ended runs' directories on every node (with --keep, --older-than)")
+    runs.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the N newest runs")
+    runs.add_argument("--older-than", type=float, metavar="DAYS",
+                      help="with --prune: only runs started more than DAYS days ago")
+    runs.set_defaults(func=_runs)
     # Its own options (torchfleet doctor --help): main() hands the rest of the line to it.
     sub.add_parser("doctor", add_help=False, help="check the cluster before a run: ssh mesh, versions, "
                    "GPUs, network, port, leftovers (exit 0 well, 1 a check failed, 2 could not run)")

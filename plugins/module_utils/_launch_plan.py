@@ -78,8 +78,10 @@ master at P, ``%C`` and all) instead of a new handshake; with no master there, s
 usual.
 
 Node logs: with ``node_log_dir`` (torchrun and mpich modes) every node's torchrun gets
-``--log-dir=DIR --redirects=3 --tee=3``: each node keeps its workers' stdout/stderr under
-``DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/``, and the output still reaches the launcher.
+``--log-dir=DIR --redirects=3``: each node keeps its workers' stdout/stderr under
+``DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/``, the one complete copy of each rank's
+output. With ``tee_workers`` (``--tee=3``) it also reaches the launcher, for runs whose head
+cannot read the nodes' files.
 
 Environment: Open MPI gets ``-x NAME`` for every name (values travel in mpirun's own
 environment, never on the command line). In ``mpich`` mode ``--envall`` (PALS) or ``-genvall``
@@ -187,6 +189,10 @@ class Plan:
     launcher: str | None = None  # default: "mpirun", or "mpiexec" in mpich mode
     log_dir: str | None = None  # per-rank logs (Open MPI --output-filename)
     node_log_dir: str | None = None  # torchrun/mpich: each node's torchrun keeps worker logs here
+    # torchrun's --tee: the workers' output also reaches the launcher's (where nothing else can
+    # read the nodes' files: a batch job, PALS). Its copies can lose and glue lines, so a launch
+    # whose head reads the files themselves leaves it off.
+    tee_workers: bool = True
     tree_spawn: bool = False  # Open MPI: let daemons ssh on to further nodes (all need the key)
     network: str | None = None  # cluster CIDR; preferred over interface names for Open MPI
     env_pass: tuple[str, ...] = ()  # names forwarded from the launcher's environment
@@ -568,8 +574,9 @@ def _torchrun_words(plan: Plan, nnodes: int, nproc: int, head: Node, node_rank: 
         words += ["--rdzv-backend=static", q(f"--rdzv-endpoint={_endpoint(head.address, plan.port)}"),
                   q(f"--rdzv-id={plan.run_id}")]
     if plan.node_log_dir:
-        # --tee keeps the output flowing to the launcher as well as into the files.
-        words += [q(f"--log-dir={plan.node_log_dir}"), "--redirects=3", "--tee=3"]
+        words += [q(f"--log-dir={plan.node_log_dir}"), "--redirects=3"]
+        if plan.tee_workers:
+            words.append("--tee=3")
     return words + [q(plan.script), '"$@"']
 
 

@@ -548,5 +548,11 @@ def resolve(request: Mapping, nodes, *, run_id: str, run_dir: str, env_pass=(), 
         mpirun_extra_args=tuple(req["mpirun_extra_args"]),
         allow_run_as_root=req["allow_run_as_root"], tree_spawn=req["tree_spawn"],
         ssh_control_path=control_path, silent_node_timeout=req["silent_node_timeout"],
-        mpich_launcher=req["mpich_launcher"],
+        mpich_launcher=req["mpich_launcher"], tee_workers=not reads_worker_files(req),
     )
+
+
+def reads_worker_files(request: Mapping) -> bool:
+    """Whether the head reads the ranks' output from torchrun's files on each node (over the
+    cluster's ssh); otherwise torchrun copies it to the launcher's output (--tee)."""
+    return request["mode"] != "rank" and request["scheduler"] == "none" and not by_pals(request)

@@ -47,6 +47,7 @@ def slurm_job(module, plan, run_dir, paths):
         walltime=p["slurm_time_limit"], queue=partition, account=p["slurm_account"],
         job_name=plan.run_id, fixed_run_id=True, writer="torchfleet.cluster.torchrun_launch")
     script_path = os.path.join(run_dir, "job.sbatch")
+    # Named after the run, with torchfleet's comment: `stop` finds it whatever its supervisor's state.
     argv = [sbatch, "--parsable", f"--output={paths['launcher']}", f"--chdir={p['chdir'] or run_dir}",
-            script_path]
+            f"--comment={slurm.JOB_COMMENT}", script_path]
     return argv, script, script_path

@@ -297,7 +297,7 @@ def start_run(module, control_dir):
         check_nodes=p["check_nodes"], control_dir=control_dir,
         launch_timeout=p["launch_timeout"], stop_grace=p["stop_grace"], paths=paths,
         scheduler=p["scheduler"], sbatch=sbatch, start_timeout=p["start_timeout"],
-        heartbeat_timeout=p["heartbeat_timeout"],
+        heartbeat_timeout=p["heartbeat_timeout"], worker_files=not plan.tee_workers,
     )
     if _caller_gone():
         # Interrupted before the run started (Ctrl-C of torchfleet launch, whose stop waits for

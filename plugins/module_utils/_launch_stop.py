@@ -8,6 +8,7 @@ import signal
 import time
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import find_run_processes, stop_processes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import process_start
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import group_runs
@@ -39,14 +40,25 @@ def run_stopped(module):
     if not module.check_mode:
         _launch_lock.wait_free(START_IN_FLIGHT_WAIT)
     procs = find_run_processes({run_id} if run_id else None)
-    result = {"changed": bool(procs), "runs": group_runs(procs),
+    jobs = slurm.run_jobs({run_id} if run_id else None)
+    result = {"changed": bool(procs or jobs), "runs": group_runs(procs),
               "stopped": [{key: proc[key] for key in ("pid", "run_id", "cmdline")}
-                          for proc in procs]}
-    if module.check_mode or not procs:
+                          for proc in procs], "jobs": jobs}
+    if module.check_mode or not (procs or jobs):
         module.exit_json(**result)
     stop_supervisors(procs, module.params["stop_grace"])
     left = find_run_processes({proc["run_id"] for proc in procs})
     survivors = stop_processes(left, module.params["stop_grace"]) if left else []
+    # A run's Slurm job that its supervisor did not end (killed, or the job still pending when
+    # it died): found by its name and comment, cancelled here.
+    failed = []
+    for job in slurm.run_jobs({job["run_id"] for job in jobs}) if jobs else []:
+        try:
+            slurm.cancel(job["job_id"])
+        except slurm.SlurmError as err:
+            failed.append(str(err))
+    if failed:
+        module.fail_json(msg="; ".join(failed), **result)
     if survivors:
         pids = ", ".join(f"{proc['pid']} ({proc['run_id']})" for proc in survivors)
         module.fail_json(msg=f"processes survived SIGKILL: {pids}; check them (uninterruptible "

@@ -653,6 +653,21 @@ stopped:
     cmdline:
       description: Its command line.
       type: str
+jobs:
+  description:
+    - The Slurm jobs of the runs stopped, found by their name (the run id) and comment
+      (C(torchfleet)) whatever their supervisor's state, and cancelled (C(scancel), retried); in
+      check mode, those that would be. Empty where Slurm is not installed.
+  returned: state=stopped
+  type: list
+  elements: dict
+  contains:
+    job_id:
+      description: The job's id.
+      type: str
+    run_id:
+      description: The run it belongs to.
+      type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -204,23 +204,28 @@ def test_ctrl_c_of_an_attached_launch_stops_the_run_everywhere(cluster):
     assert runs_json(cluster)[run_id]["state"] == "stopped"
 
 
-def test_a_supervisor_killed_mid_run_reads_as_lost_and_stop_still_ends_the_run(cluster):
+def test_a_supervisor_killed_mid_run_takes_its_run_down_everywhere_recorded_lost(cluster):
+    # Issue 26, point 5, the way chosen: the run dies with its supervisor. Its guardian (a small
+    # process that outlives it) ends the run on every node and records it lost.
     detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
                           "--", *ENDLESS)
     assert detached.returncode == 0, detached.stderr[-3000:]
     run_id = detached.stdout.split()[1]
-    killed = run(["docker", "exec", HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f", f"_head.supervisor {RUNS}/{run_id}"],
-                 timeout=60)
+    killed = run(["docker", "exec", HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f",
+                  f"_head.supervisor {RUNS}/{run_id}"], timeout=60)
     assert killed.returncode == 0, killed.stderr
+    at = time.monotonic()
     assert runs_json(cluster)[run_id]["state"] == "lost"
-    # The run itself goes on without its supervisor, until stopped.
-    for node in NODES:
-        assert any("train.py" in line for line in left_on(node)), node
-    stopped = torchfleet(cluster, "stop", run_id)
+    wait_until(nothing_alive, 60, "nothing of the run left on any node")
+    print(f"supervisor SIGKILLed: nothing of the run left {time.monotonic() - at:.1f} s later")
+    record = runs_json(cluster)[run_id]
+    assert record["state"] == "lost" and record["ended"], record
+    assert record["msg"].startswith(f"the supervisor of run {run_id} died at "), record["msg"]
+    assert "its guardian ended the run" in record["msg"] and "on the other nodes" in record["msg"], record["msg"]
+    waited = torchfleet(cluster, "wait", run_id)
+    assert waited.returncode == 1 and ", lost, " in waited.stdout, waited.stdout + waited.stderr
+    stopped = torchfleet(cluster, "stop", run_id)  # nothing left to stop; says so, no error
     assert stopped.returncode == 0, stopped.stderr[-3000:]
-    for node in NODES:
-        assert left_on(node) == [], node
-    assert runs_json(cluster)[run_id]["state"] == "lost"
 
 
 def test_the_commands_death_leaves_no_ansible_playbook_behind(cluster):
@@ -296,3 +301,77 @@ def test_ctrl_c_at_any_moment_of_a_launch_leaves_nothing_and_starts_nothing(clus
     record = runs_json(cluster).get(run_id)
     assert record is None or record["state"] == "stopped", record  # never started, or stopped
     print(f"^C {after} s into the launch{' (upload)' if upload else ''}: exit {exited:.1f} s later, nothing left")
+
+
+# Six ranks at full speed: 20,000 numbered 80-byte lines each, a 1 MiB line, a last line without
+# its newline.
+FLOOD = """
+import os, sys
+rank = int(os.environ["RANK"])
+for number in range(20000):
+    sys.stdout.write(f"FLOOD {rank:02d} {number:06d} " + "x" * 63 + "\\n")
+sys.stdout.write(f"HUGE {rank} " + "y" * 2**20 + "\\n")
+sys.stdout.write(f"LAST {rank} without a newline")
+"""
+
+
+def _every_ranks_lines_once_whole_in_order(text):
+    by_rank = {}
+    for line in text.splitlines():
+        if line.startswith("[rank "):
+            label, _sep, said = line.partition("] ")
+            by_rank.setdefault(int(label.split()[1]), []).append(said)
+    assert sorted(by_rank) == list(range(6)), sorted(by_rank)
+    for rank, said in by_rank.items():
+        expected = [f"FLOOD {rank:02d} {n:06d} " + "x" * 63 for n in range(20000)]
+        expected += [f"HUGE {rank} " + "y" * 2**20, f"LAST {rank} without a newline"]
+        assert said == expected, (rank, len(said), [s[:90] for s in said if s not in set(expected)][:5])
+    return sum(len(said) - 2 for said in by_rank.values())
+
+
+def test_every_line_of_every_rank_arrives_once_and_whole_at_full_speed(cluster, tmp_path):
+    script = tmp_path / "flood.py"
+    script.write_text(FLOOD)
+    detached = torchfleet(cluster, "launch", str(script), "-e", "nproc_per_node=2", "--detach")
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    run_id = detached.stdout.split()[1]
+    followed = torchfleet(cluster, "logs", "-f", run_id, "--all-ranks")  # live, from the start
+    assert followed.returncode == 0, followed.stderr[-3000:]
+    assert _every_ranks_lines_once_whole_in_order(followed.stdout) == 120_000
+    afterwards = torchfleet(cluster, "logs", run_id, "--all-ranks")
+    assert afterwards.returncode == 0, afterwards.stderr[-3000:]
+    assert _every_ranks_lines_once_whole_in_order(afterwards.stdout) == 120_000
+    # Rank 0's view: its lines alone, bare.
+    rank0 = [line for line in torchfleet(cluster, "logs", run_id).stdout.splitlines()
+             if line.startswith(("FLOOD", "HUGE", "LAST"))]
+    assert rank0[:20000] == [f"FLOOD 00 {n:06d} " + "x" * 63 for n in range(20000)] and len(rank0) == 20002
+    # Stored once: no rank's line in the launcher's log.
+    launcher = run(["docker", "exec", HEAD, "grep", "-c", "FLOOD", f"{RUNS}/{run_id}/launcher.log"], timeout=60)
+    assert launcher.stdout.strip() == "0", launcher.stdout
+
+
+def test_runs_prune_removes_ended_runs_on_every_node_and_never_a_running_one(cluster):
+    ended = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+                       "--", "--use-syn", "--no-wandb", "--epochs", "1", "--out-dir", "/tmp")
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    ended_id = ended.stdout.split()[1]
+    assert torchfleet(cluster, "wait", ended_id).returncode == 0
+    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+                          "--", *ENDLESS)
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    running_id = detached.stdout.split()[1]
+    try:
+        for node in NODES:  # every node holds both runs' directories
+            listing = run(["docker", "exec", node, "ls", RUNS], timeout=60).stdout.split()
+            assert {ended_id, running_id} <= set(listing), (node, listing)
+        unasked = torchfleet(cluster, "runs", "--prune")
+        assert unasked.returncode == 2 and "--keep N" in unasked.stderr, unasked.stderr
+        pruned = torchfleet(cluster, "runs", "--prune", "--keep", "0")
+        assert pruned.returncode == 0, pruned.stderr[-3000:]
+        assert ended_id in pruned.stdout and running_id not in pruned.stdout, pruned.stdout
+        for node in NODES:
+            listing = run(["docker", "exec", node, "ls", RUNS], timeout=60).stdout.split()
+            assert ended_id not in listing and running_id in listing, (node, listing)
+        assert runs_json(cluster)[running_id]["state"] == "running"
+    finally:
+        assert torchfleet(cluster, "stop", running_id).returncode == 0

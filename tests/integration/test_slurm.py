@@ -6,6 +6,7 @@ resuming it in another; the scripts of `torchfleet render --format slurm` submit
 `sbatch --wait`, and the PBS script's body run as PBS runs it. Every test leaves no job queued and
 no process of a run on any node."""
 
+import contextlib
 import json
 import re
 import subprocess
@@ -14,7 +15,7 @@ import time
 import pytest
 
 from ready_cluster import NODES, REPO, run, training_result
-from test_run_lifecycle import ENDLESS, LIMIT, SHORT, left_on, runs_json, torchfleet, wait_until
+from test_run_lifecycle import ENDLESS, LIMIT, SHORT, Attached, left_on, runs_json, torchfleet, wait_until
 
 pytestmark = pytest.mark.cluster
 HEAD = NODES[0]
@@ -130,22 +131,50 @@ def test_detach_then_stop_cancels_the_job_and_leaves_nothing(cluster):
     assert waited.returncode != 0 and ", stopped, " in waited.stdout, waited.stdout + waited.stderr
 
 
-def test_a_job_that_never_starts_says_why_and_gives_up_at_the_timeout(cluster):
+@contextlib.contextmanager
+def every_node_taken():
+    """A job of someone else's holding every node: the next job stays PENDING until it ends."""
     blocker = on(HEAD, "sbatch", "--parsable", "--exclusive", "-N", "3", "--job-name", "tf-blocker",
                  "--wrap", "sleep 600")
     assert blocker.returncode == 0, blocker.stderr
     try:
         wait_until(lambda: "tf-blocker RUNNING" in queue(), 60, "the blocking job running")
-        launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=1",
-                              "-e", "launch_timeout=15", "--", *SHORT)
+        yield
     finally:
         on(HEAD, "scancel", blocker.stdout.strip())
+
+
+def test_a_job_that_never_starts_says_why_and_gives_up_at_the_timeout(cluster):
+    with every_node_taken():
+        launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=1",
+                              "-e", "launch_timeout=15", "--", *SHORT)
     said = " ".join(launched.stderr.split())
     assert launched.returncode != 0, launched.stdout + launched.stderr
     assert re.search(r"is Slurm job \d+: PENDING \((Resources|Priority|Nodes\w*)\)", said), said
     assert "never started within launch_timeout (15 s): it stayed PENDING" in said and "was cancelled" in said, said
     run_id = launched.stdout.splitlines()[-1].split()[1].rstrip(":")
     assert runs_json(cluster)[run_id]["state"] == "timed_out"
+
+
+def test_stop_cancels_a_pending_job_whose_supervisor_is_gone(cluster):
+    # The job carries its run id as its name and torchfleet's comment: `stop` finds it with no
+    # supervisor (nor its guardian) left to ask.
+    with every_node_taken():
+        launch = Attached(cluster, "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=1",
+                          "--", *SHORT)
+        try:
+            said = wait_until(lambda: next((line for line in launch.errors if "submitted as Slurm job" in line),
+                                           None), LIMIT, "the run submitted")
+            run_id = said.split()[2]
+            wait_until(lambda: f"{run_id} PENDING" in queue(), 60, "its job pending")
+            killed = on(HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f", f"_head.supervisor .*{run_id}")
+            assert killed.returncode == 0, killed.stderr
+        finally:
+            launch.kill()
+        assert f"{run_id} PENDING" in queue(), queue()  # the job outlived its supervisor
+        stopped = torchfleet(cluster, "stop", run_id)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert run_id not in queue(), queue()
 
 
 def put_on_every_node(path, text):

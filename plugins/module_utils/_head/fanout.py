@@ -77,7 +77,7 @@ def nodes_without_ranks(nodes, head: str, ssh: str, python: str, run_id: str, la
                           timeout=timeout, control_dir=control_dir)
     return [name for name, answer in answers.items()
             if "error" in answer or not any(proc["run_id"] == run_id and proc["pid"] not in launchers
-                                            for proc in answer["runs"])]
+                                            and not proc["supervisor"] for proc in answer["runs"])]
 
 
 def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace: int,

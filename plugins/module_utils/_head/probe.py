@@ -329,13 +329,23 @@ def read_end(path: str, limit: int = 4 * 1024 * 1024) -> str:
         return ""
 
 
+TAIL_LINE_CHARS = 2000  # of a line quoted in a record or a report: a 1 MiB line is clipped
+
+
+def clipped(lines) -> list[str]:
+    """The lines, each cut to TAIL_LINE_CHARS, saying how much was left out: what a record
+    quotes stays small (Ansible carries it in one event), whatever the ranks print."""
+    return [line if len(line) <= TAIL_LINE_CHARS else
+            f"{line[:TAIL_LINE_CHARS]}... ({len(line) - TAIL_LINE_CHARS} characters more)" for line in lines]
+
+
 def log_tail(pattern: str, lines: int) -> dict:
     """The last `lines` lines of the file `pattern` names here (the latest torchrun attempt
-    sorts last), and its resolved path; path None when there is no such file."""
+    sorts last), clipped, and its resolved path; path None when there is no such file."""
     matches = sorted(glob.glob(pattern))
     if not matches:
         return {"path": None, "lines": []}
-    return {"path": matches[-1], "lines": read_end(matches[-1], 256 * 1024).splitlines()[-lines:]}
+    return {"path": matches[-1], "lines": clipped(read_end(matches[-1], 256 * 1024).splitlines()[-lines:])}
 
 
 def canonical(name: str) -> str:

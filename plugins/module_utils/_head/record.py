@@ -15,10 +15,16 @@ library, and nothing of its package.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import queue
 import re
+import select
+import shlex
+import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 
@@ -147,6 +153,7 @@ class SupervisorPlan:
     sbatch: list | None = None
     start_timeout: int = 0  # seconds to a process of the run on every node; 0: no limit
     heartbeat_timeout: int = 0  # seconds a node may not answer before the run ends; 0: not watched
+    worker_files: bool = False  # the ranks' output is read from torchrun's files on each node
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:
@@ -323,9 +330,213 @@ def shown(line: str, record: dict, ranks: str) -> str | None:
     return text if host is None else None
 
 
+# torchrun's --log-dir on each node: DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/std*.log.
+_WORKER_FILE = re.compile(r"attempt_(\d+)[/\\](\d+)[/\\](?:stdout|stderr)\.log$")
+REMOTE_QUIET = 10  # seconds a node's reader may say nothing after the run's end before it is given up
+
+
+class Tail:
+    """A growing file, read on from where the last look left it, in whole lines."""
+
+    def __init__(self, path: str, position: int = 0):
+        self.path, self.position, self.partial = path, position, b""
+
+    def lines(self, final: bool = False) -> tuple[list, bool]:
+        """(the whole lines written since the last look, whether more is waiting). A CHUNK at
+        a time: memory is bounded by a chunk and the longest line. `final`: the writer is gone,
+        so a last line without its newline is whole too."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.position)
+                data = handle.read(CHUNK)
+        except FileNotFoundError:
+            data = b""
+        self.position += len(data)
+        more = len(data) == CHUNK
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()
+        if final and not more and self.partial:
+            lines.append(self.partial)
+            self.partial = b""
+        return lines, more
+
+
+class WorkerFiles:
+    """The files torchrun writes for its workers on this node (under `directory`), each read on
+    as it grows; only `local_ranks`' if given. Not `from_start`: the files there at the first look
+    are read from their end."""
+
+    def __init__(self, directory: str, local_ranks=None, from_start: bool = True):
+        self.directory, self.local_ranks, self.from_start = directory, local_ranks, from_start
+        self.tails: dict = {}  # path: (local rank, Tail)
+        self.looked = False
+
+    def _find(self) -> None:
+        pattern = os.path.join(glob.escape(self.directory), "*", "attempt_*", "*", "std*.log")
+        for path in sorted(glob.glob(pattern)):
+            found = _WORKER_FILE.search(path)
+            if path in self.tails or not found:
+                continue
+            local = int(found.group(2))
+            if self.local_ranks is None or local in self.local_ranks:
+                start = 0 if self.from_start or self.looked else os.path.getsize(path)
+                self.tails[path] = (local, Tail(path, start))
+        self.looked = True
+
+    def read(self, final: bool = False) -> tuple[list, bool]:
+        """([(local rank, line)], whether more is waiting): what every file holds since the last
+        read, each file's lines in order."""
+        self._find()
+        found, more = [], False
+        for local, tail in self.tails.values():
+            lines, waiting = tail.lines(final)
+            found += [(local, line) for line in lines]
+            more = more or waiting
+        return found, more
+
+
+def serve_worker_lines(directory: str, from_start: bool) -> int:
+    """On a node, for the head's follower: "LOCAL_RANK LINE" for every line of this node's worker
+    files, as they grow, until stdin closes (the run has ended); then the rest, and exit."""
+    files, final = WorkerFiles(directory, None, from_start), False
+    out = sys.stdout.buffer
+    while True:
+        found, more = files.read(final)
+        for local, line in found:
+            out.write(b"%d %s\n" % (local, line))
+        if found:
+            out.flush()
+        if final and not more:
+            return 0
+        if not more and not final and select.select([sys.stdin], [], [], POLL)[0]:
+            final = not os.read(sys.stdin.fileno(), 4096)
+
+
+class NodeReader:
+    """The worker files of one other node, read there by `serve_worker_lines` over the cluster's
+    ssh; a thread puts (node index, local rank, line) on `lines`, then (node index, None, error)."""
+
+    def __init__(self, index: int, node: dict, plan: dict, source: str, directory: str,
+                 from_start: bool, lines):
+        remote = shlex.join([plan["python"], "-S", "-c", source, "serve", directory,
+                             "start" if from_start else "now"])
+        self.index, self.name, self.lines = index, node["name"], lines
+        self.heard = time.monotonic()
+        # As the training account (the run directory's owner), whose key and known_hosts reach
+        # the nodes, also where root follows the run.
+        owner = os.stat(directory if os.path.isdir(directory) else os.path.dirname(directory))
+        account = {"user": owner.st_uid, "group": owner.st_gid, "extra_groups": []} \
+            if os.geteuid() == 0 and owner.st_uid != 0 else {}
+        self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+            [plan["ssh"], "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", node["address"], remote],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **account)
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        for raw in self.proc.stdout:
+            self.heard = time.monotonic()
+            local, _sep, line = raw.rstrip(b"\n").partition(b" ")
+            self.lines.put((self.index, int(local), line))
+        said = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+        rc = self.proc.wait()
+        self.lines.put((self.index, None, (said[-1] if said else f"ssh exited {rc}") if rc else None))
+
+    def finish(self) -> None:
+        """The run has ended: the node's reader sends the rest of its files, then exits."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
+
+class RunOutput:
+    """A run's output as a follower shows it (see `shown`): launcher.log on the head, and where
+    the ranks' output is not copied there (SupervisorPlan.worker_files), torchrun's worker files:
+    the head's read here, the other nodes' through a NodeReader each (`ranks` "all" only)."""
+
+    def __init__(self, run_dir: str, record: dict, ranks: str, from_start: bool):
+        self.record, self.ranks = record, ranks
+        self.launcher = Tail(os.path.join(run_dir, LAUNCHER_LOG))
+        if not from_start:
+            try:
+                self.launcher.position = os.path.getsize(self.launcher.path)
+            except OSError:
+                pass
+        self.head_files, self.readers, self.errors = None, [], []
+        self.queue = queue.Queue(maxsize=1024)  # bounded: a slow reader holds the nodes back
+        try:
+            with open(os.path.join(run_dir, PLAN_FILE), encoding="utf-8") as handle:
+                plan = json.load(handle)
+        except (OSError, ValueError):
+            plan = {}
+        if ranks == "none" or not plan.get("worker_files"):
+            return
+        directory = plan["paths"]["workers"]
+        self.nodes = [node["name"] for node in plan["nodes"]]
+        self.nproc = plan["nproc"]
+        self.head_index = self.nodes.index(plan["head"])
+        self.head_files = WorkerFiles(directory, {0} if ranks == "0" else None, from_start)
+        others = [(index, node) for index, node in enumerate(plan["nodes"])
+                  if node["name"] != plan["head"]]
+        if ranks != "all" or not others:
+            return
+        source_path = os.path.join(run_dir, "supervisor", "_head", "record.py")
+        with open(source_path, encoding="utf-8") as handle:
+            source = handle.read()
+        self.readers = [NodeReader(index, node, plan, source, directory, from_start, self.queue)
+                        for index, node in others]
+
+    def _worker_line(self, index: int, local: int, line: bytes) -> str:
+        text = line.decode("utf-8", "replace")
+        if self.ranks == "0":
+            return text
+        return f"[rank {index * self.nproc + local} {self.nodes[index]}] {text}"
+
+    def read(self, final: bool) -> tuple[list, bool]:
+        """(the lines to show, whether more is waiting now)."""
+        found, more = self.launcher.lines(final)
+        shown_lines = [text for text in (shown(raw.decode("utf-8", "replace"), self.record, self.ranks)
+                                         for raw in found) if text is not None]
+        if self.head_files is not None:
+            lines, waiting = self.head_files.read(final)
+            shown_lines += [self._worker_line(self.head_index, local, line) for local, line in lines]
+            more = more or waiting
+        while len(shown_lines) < 4096:
+            try:
+                index, local, line = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if local is None:
+                self.readers = [reader for reader in self.readers if reader.index != index]
+                if line:
+                    shown_lines.append(f"[{self.nodes[index]}] torchfleet: its worker logs could not "
+                                       f"be read from the head: {line}")
+            else:
+                shown_lines.append(self._worker_line(index, local, line))
+        return shown_lines, more or not self.queue.empty()
+
+    def finish(self):
+        """The run has ended: every node's rest, in batches of lines; a node's reader is given
+        up after REMOTE_QUIET seconds of silence (a node lost with the run)."""
+        for reader in self.readers:
+            reader.finish()
+        while True:
+            lines, more = self.read(final=True)
+            if lines or more:
+                yield lines
+                continue
+            quiet = [r for r in self.readers if time.monotonic() - r.heard > REMOTE_QUIET]
+            for reader in quiet:
+                reader.proc.kill()
+            if not self.readers:
+                return
+            time.sleep(POLL)
+
+
 def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: float = 30,
            out=None, until_end: bool = True) -> dict:
-    """Print the run's output as it is written (LINE-prefixed, see `shown`) until the run has
+    """Print the run's output as it is written (LINE-prefixed, see `RunOutput`) until the run has
     ended (or, not `until_end`, what there is now), then its record (END-prefixed, JSON);
     returns the record."""
     out = out or sys.stdout
@@ -339,53 +550,42 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
             return record
         time.sleep(POLL)
         record = read_state(run_dir)
-    path = os.path.join(run_dir, LAUNCHER_LOG)
-    position, partial, said = None, b"", None
+    output, said = RunOutput(run_dir, record, ranks, from_start), None
+
+    def write(lines):
+        for text in lines:
+            out.write(LINE + text + "\n")
+        if lines:
+            out.flush()
     while True:
         # A scheduler's job: its state and Slurm's reason, each time they change (pending, running).
         if record.get("state") == "running" and record.get("job_state") and record.get("msg") != said:
             said = record.get("msg")
             out.write(STATUS + said + "\n")
             out.flush()
-        ended = record.get("state") not in ("running",) or not until_end
-        try:
-            with open(path, "rb") as handle:
-                if position is None:
-                    position = 0 if from_start else handle.seek(0, os.SEEK_END)
-                handle.seek(position)
-                data = handle.read(CHUNK)  # memory bounded by a chunk and the longest line
-        except FileNotFoundError:
-            data = b""
-        position = (position or 0) + len(data)
-        more = len(data) == CHUNK  # the log holds more now: read on before saying the end
-        ended = ended and not more
-        lines = (partial + data).split(b"\n")
-        partial = lines.pop()
-        if ended and partial:  # the run is over: nothing will complete the last line
-            lines.append(partial)
-            partial = b""
-        for raw in lines:
-            text = shown(raw.decode("utf-8", "replace"), record, ranks)
-            if text is not None:
-                out.write(LINE + text + "\n")
-        if lines:
-            out.flush()
-        if ended:
+        if record.get("state") != "running" or not until_end:
+            # The launcher's last words and the ranks' were written before the record.
+            for lines in output.finish():
+                write(lines)
             out.write(END + json.dumps(record) + "\n")
             out.flush()
             return record
-        if not data:
+        lines, more = output.read(final=False)
+        write(lines)
+        if not more:
             time.sleep(POLL)
-        if more:
-            continue
-        # Read the log once more after the record says the run ended: the launcher's last words
-        # were written before the record.
-        record = read_state(run_dir) or record
+            record = read_state(run_dir) or record
 
 
 def main(argv: list[str]) -> int:
     """follow|print RUN_DIR_OR_LOG_DIR [RANKS [FROM_START]]: the newest run when given the log
-    dir; print: what the log holds now, and the record."""
+    dir; print: what the log holds now, and the record. serve WORKERS_DIR [FROM_START]: on a
+    node, its worker files for the head's follower."""
+    if len(argv) >= 2 and argv[0] == "serve":
+        try:
+            return serve_worker_lines(argv[1], (argv[2] if len(argv) > 2 else "start") == "start")
+        except BrokenPipeError:  # the head's follower went
+            return 0
     if len(argv) < 2 or argv[0] not in ("follow", "print"):
         sys.stderr.write("usage: follow|print RUN_DIR|LOG_DIR [0|all|none] [start|now]\n")
         return 2

@@ -7,11 +7,12 @@ only the standard library and its package.
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import signal
 
-from .probe import log_tail, read_end
+from .probe import clipped, log_tail, read_end
 from .record import slot_owner, untagged
 
 STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop)"
@@ -153,7 +154,7 @@ def rank_node(rank: int, order, mode: str) -> str | None:
 
 
 def tail(text: str, lines: int = TAIL_LINES) -> list[str]:
-    return text.splitlines()[-lines:]
+    return clipped(text.splitlines()[-lines:])
 
 
 def group_runs(procs) -> list[dict]:
@@ -193,6 +194,19 @@ def timeout_message(run_id, timeout, grace, silent, run_dir) -> str:
 
 def read_tail(path: str, lines: int = TAIL_LINES) -> list[str]:
     return untagged(tail(read_end(path, 256 * 1024), lines))
+
+
+def output_tail(paths, worker_files: bool) -> list[str]:
+    """The last lines of the run's output as the head holds it: the launcher's, or where the
+    ranks write only to their own files, those of the head's workers (each one's last lines, in
+    local rank order)."""
+    if not worker_files:
+        return read_tail(paths["launcher"])
+    found = []
+    for path in sorted(glob.glob(os.path.join(paths["workers"], "*", "attempt_*", "*", "stdout.log")),
+                       key=lambda path: int(os.path.basename(os.path.dirname(path)))):
+        found += tail(read_end(path, 256 * 1024))
+    return found[-TAIL_LINES:]
 
 
 def rank0_tail(mode: str, paths) -> list[str]:

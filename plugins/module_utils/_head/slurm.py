@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 
 # Job states after which nothing of the job runs (squeue(1) "JOB STATE CODES").
 ENDED = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
@@ -152,5 +153,48 @@ def returncode(info: dict) -> int:
     return -signum if signum and not code else code
 
 
-def cancel(job_id: str) -> None:
-    subprocess.run(["scancel", job_id], capture_output=True, timeout=COMMAND_TIMEOUT, check=False)
+# The comment every job of a launch carries (--comment), so that `stop` finds torchfleet's jobs
+# whatever their supervisor's state; the job's name is its run id.
+JOB_COMMENT = "torchfleet"
+CANCEL_TRIES = 3
+
+
+def cancel(job_id: str, tries: int = CANCEL_TRIES, pause: float = 2.0) -> None:
+    """scancel JOB_ID, again after a failure or a timeout (slurmctld busy or restarting), up to
+    `tries` times; SlurmError says what the last try met. A job Slurm no longer knows is done."""
+    said = ""
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(pause * attempt)
+        try:
+            done = subprocess.run(["scancel", job_id], capture_output=True, text=True,
+                                  timeout=COMMAND_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            said = f"no answer within {COMMAND_TIMEOUT} s"
+            continue
+        except OSError as err:
+            raise SlurmError(f"scancel cannot run on this node ({err}): cancel job {job_id} "
+                             f"from a node with Slurm's commands") from err
+        if done.returncode == 0 or "Invalid job id" in done.stderr:
+            return
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        said = lines[-1] if lines else f"exit {done.returncode}"
+    raise SlurmError(f"scancel {job_id} failed {tries} times, the last: {said}; the job may still "
+                     f"run: check it with squeue -j {job_id} and cancel it with scancel {job_id}")
+
+
+def run_jobs(run_ids=None) -> list[dict]:
+    """This user's jobs that torchfleet submitted ({job_id, run_id}): those named after `run_ids`
+    if given, else every one carrying JOB_COMMENT. [] where Slurm is not installed."""
+    try:
+        done = subprocess.run(["squeue", "-h", "--me", "-o", "%i|%j|%k"], capture_output=True,
+                              text=True, timeout=COMMAND_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    jobs = []
+    for line in done.stdout.splitlines():
+        job_id, _sep, rest = line.strip().partition("|")
+        name, _sep, comment = rest.partition("|")
+        if (name in run_ids) if run_ids else comment == JOB_COMMENT:
+            jobs.append({"job_id": job_id, "run_id": name})
+    return jobs

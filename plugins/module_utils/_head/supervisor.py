@@ -14,6 +14,7 @@ library only: it runs outside Ansible.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -28,7 +29,8 @@ from types import SimpleNamespace
 from . import report, slurm
 from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
 from .probe import SUPERVISOR_VAR, end_run, read_end
-from .record import RunRecord, SupervisorPlan, boot_id, process_start, release_space, reserve_space, write_state
+from .record import (STATE_FILE, RunRecord, SupervisorPlan, boot_id, process_start, release_space, reserve_space,
+                     write_state)
 
 START_FIRST_LOOK = 5.0  # seconds from the launcher's start to the start watch's first look
 START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
@@ -156,9 +158,14 @@ class SlurmJob:
             changes.update(self.run.nodes_of_allocation(changes["job_nodes"]))
         self.run.save(**changes)
 
-    def cancel(self, grace: int) -> None:
-        """scancel, then wait until Slurm says the job is over (its KillWait, and a margin)."""
-        slurm.cancel(self.job_id)
+    def cancel(self, grace: int) -> str | None:
+        """scancel (retried), then wait until Slurm says the job is over (its KillWait, and a
+        margin). What went wrong, if anything, for the record's warnings."""
+        try:
+            slurm.cancel(self.job_id)
+        except slurm.SlurmError as err:
+            self.returncode = -signal.SIGKILL
+            return str(err)
         deadline = time.monotonic() + grace + 60
         while time.monotonic() < deadline:
             try:
@@ -167,6 +174,8 @@ class SlurmJob:
             except subprocess.TimeoutExpired:
                 pass
         self.returncode = -signal.SIGKILL
+        return (f"Slurm job {self.job_id} was cancelled but still not over after {grace + 60} s: "
+                f"check it with squeue -j {self.job_id}")
 
 
 class Run:
@@ -324,7 +333,9 @@ class Run:
                     self.save(lost_nodes=gone)
                 if slurm_job:
                     waiting = (proc.info.get("JobState"), proc.info.get("Reason"))  # before scancel
-                    proc.cancel(grace)
+                    unsure = proc.cancel(grace)
+                    if unsure:
+                        warnings.append(unsure)
                     survivors = end_run(run_id, grace)[1]
                 else:
                     survivors = stop_launcher(proc, run_id, grace)
@@ -338,7 +349,7 @@ class Run:
                                 f"launcher on the head and were stopped")
         rc = report.exit_status(proc.returncode)
         result = {"rc": rc, "duration": round(time.monotonic() - started, 3), "timed_out": timed_out,
-                  "warnings": warnings, "stdout_tail": report.read_tail(paths["launcher"]),
+                  "warnings": warnings, "stdout_tail": report.output_tail(paths, plan.worker_files),
                   "rank0_tail": report.rank0_tail(plan.mode, paths)}
         # After a run that failed or was stopped, nothing of it may stay on any node. Open MPI
         # ends the ranks it started, but torchrun's workers, in process groups of their own, can
@@ -423,7 +434,80 @@ def start(python: str, package_dir: str, run_dir: str, env: dict) -> subprocess.
         os.close(log)
 
 
+def start_guardian(run_dir: str) -> int:
+    """Start the run's guardian (`supervisor --guard RUN_DIR`): a small process of its own
+    session that reads a pipe whose only writer is this supervisor. The pipe ends when the
+    supervisor does, however it ends (SIGKILL, the OOM killer); a run it left running is then
+    ended by the guardian on every node and recorded `lost`. It carries the supervisor's mark
+    (a stop ends it with the supervisor; no watch counts it as a rank). Returns the pipe's write end, kept
+    open (never inherited: Python's descriptors are not) for the supervisor's life."""
+    read_end_, write_end = os.pipe()
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    log = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_APPEND)
+    try:
+        subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-S", "-m", f"{__package__}.supervisor", "--guard", run_dir],
+            env=dict(os.environ), stdin=read_end_, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, cwd=package_parent)
+    finally:
+        os.close(read_end_)
+        os.close(log)
+    return write_end
+
+
+def guard(run_dir: str) -> int:
+    """The guardian: wait for the supervisor's end; if it left its run running, end the run
+    here and on every node it can reach, as a stop would, and record it `lost`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    while os.read(0, 4096):
+        pass
+    # As written, not as read_state says: the supervisor may not be reaped yet.
+    try:
+        with open(os.path.join(run_dir, STATE_FILE), encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return 0  # it never began
+    if record.get("state") != "running":  # it ended as it should
+        return 0
+    died = now_iso()
+    plan = SupervisorPlan.read(run_dir)
+    grace = plan.stop_grace
+    job = record.get("job_id")
+    problems = []
+    if plan.scheduler == "slurm":
+        for job_id in [job] if job else [found["job_id"] for found in slurm.run_jobs({plan.run_id})]:
+            try:
+                slurm.cancel(job_id)
+            except slurm.SlurmError as err:
+                problems.append(str(err))
+    stopped, survivors = end_run(plan.run_id, grace)
+    ended = None
+    nodes = [SimpleNamespace(**node) for node in plan.nodes]
+    if plan.check_nodes and plan.ssh and len(nodes) > 1:
+        ended = end_run_on_nodes(nodes, plan.head, plan.ssh, plan.python, plan.run_id, grace)
+    if survivors:
+        problems.append(f"processes {', '.join(str(p['pid']) for p in survivors)} survived SIGKILL on the head")
+    msg = (f"the supervisor of run {plan.run_id} died at {died} (killed, or out of memory): its "
+           f"guardian ended the run ({len(stopped)} process(es) on the head"
+           + (f", {sum(len(p) for p in ended['stopped'].values())} on the other nodes" if ended else "")
+           + ")" + (report.cleanup_message(ended) if ended else "")
+           + ("; " + "; ".join(problems) if problems else "")
+           + f"; logs under {run_dir}")
+    raw = RunRecord.from_dict(record).updated(
+        state="lost", ended=died, msg=msg, stopped_on_nodes=ended["stopped"] if ended else None,
+        silent_nodes=[node["name"] for node in ended["silent"]] if ended else None,
+        survivors=[proc["pid"] for proc in survivors] or None)
+    release_space(run_dir)
+    write_state(run_dir, raw.to_dict())
+    if plan.control_dir:
+        close_ssh_masters(plan.ssh, plan.control_dir, [n.address for n in nodes if n.name != plan.head])
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--guard"]:
+        return guard(argv[1])
     run_dir = argv[0]
     # `python -m` runs it from the package's parent directory (on sys.path, as an absolute path);
     # the run's directory is the launcher's working directory where the plan names none.
@@ -433,6 +517,7 @@ def main(argv: list[str]) -> int:
     # A terminal closing, or the connection that started the module going, is not a stop.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     run = Run(run_dir)
+    guardian_pipe = start_guardian(run_dir)  # noqa: F841 - held open for the supervisor's life
     try:
         record = run.supervise()
     except Exception as err:  # noqa: BLE001 - recorded, so the run never reads as running

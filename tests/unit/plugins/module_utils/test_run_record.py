@@ -248,3 +248,106 @@ def test_follow_reads_a_large_log_in_chunks_and_delivers_every_line_once(tmp_pat
     assert lines[:60_000] == [f"L line {number:06d} {'x' * 60}" for number in range(60_000)]
     assert lines[60_000:60_002] == [f"L {long_line}", "L the end, no newline"]
     assert json.loads(lines[-1][2:])["state"] == "succeeded" and len(lines) == 60_003
+
+
+def _worker_run(tmp_path, nodes=("n0",), ssh="ssh"):
+    """A run whose ranks write only to torchrun's files (2 workers a node), as the module leaves
+    it: run.json, the record, the package's record.py."""
+    run_dir = tmp_path / "w1"
+    (run_dir / "supervisor" / "_head").mkdir(parents=True)
+    (run_dir / "supervisor" / "_head" / "record.py").write_text(_head.source("record"))
+    workers = run_dir / "workers"
+    plan = {"worker_files": True, "paths": {"workers": str(workers)}, "head": nodes[0], "nproc": 2,
+            "nodes": [{"name": name, "address": name} for name in nodes], "python": sys.executable,
+            "ssh": ssh}
+    (run_dir / "run.json").write_text(json.dumps(plan))
+    rr.write_state(str(run_dir), running_record(nodes=list(nodes), slots=[2] * len(nodes)))
+    return run_dir, workers
+
+
+def _worker_file(workers, local, stream="stdout", attempt=0):
+    path = workers / "w1_abc" / f"attempt_{attempt}" / str(local) / f"{stream}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_follow_reads_the_workers_own_files_on_the_head(tmp_path):
+    run_dir, workers = _worker_run(tmp_path)
+    _worker_file(workers, 0).write_text("zero 1\nzero 2\nzero, no newline")
+    _worker_file(workers, 1).write_text("one 1\n")
+    _worker_file(workers, 1, "stderr").write_text("one's traceback\n")
+    # torchrun's own words reach the launcher, tagged by Open MPI.
+    (run_dir / "launcher.log").write_text("[1,0]<stderr>:W1123 torchrun says\n")
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0"], slots=[2]))
+    out = io.StringIO()
+    rr.follow(str(run_dir), "0", out=out)
+    assert out.getvalue().splitlines()[:-1] == ["L zero 1", "L zero 2", "L zero, no newline"]
+    out = io.StringIO()
+    rr.follow(str(run_dir), "all", out=out)
+    lines = out.getvalue().splitlines()[:-1]
+    assert sorted(lines) == sorted(["L [n0] W1123 torchrun says", "L [rank 0 n0] zero 1", "L [rank 0 n0] zero 2",
+                                    "L [rank 0 n0] zero, no newline", "L [rank 1 n0] one 1",
+                                    "L [rank 1 n0] one's traceback"])
+
+
+def test_worker_lines_are_whole_and_once_while_written_in_pieces(tmp_path):
+    run_dir, workers = _worker_run(tmp_path)
+    out = io.StringIO()
+    follower = threading.Thread(target=rr.follow, args=(str(run_dir), "all", True), kwargs={"out": out})
+    follower.start()
+    big = "y" * (3 * rr.CHUNK // 2)
+    with open(_worker_file(workers, 1), "w") as handle:
+        for number in range(2000):
+            handle.write(f"line {number:05d} ")  # each line in two writes, a look between them
+            handle.flush()
+            if number % 500 == 0:
+                time.sleep(0.12)
+            handle.write("end\n")
+        handle.write(big + "\nlast, no newline")
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0"], slots=[2]))
+    follower.join(timeout=30)
+    lines = out.getvalue().splitlines()
+    assert lines[:-1] == [f"L [rank 1 n0] line {n:05d} end" for n in range(2000)] + \
+        [f"L [rank 1 n0] {big}", "L [rank 1 n0] last, no newline"]
+
+
+def test_the_other_nodes_files_come_through_their_reader(tmp_path):
+    # ssh stood in for by a script that runs the command here: the reader's protocol, its end on
+    # the run's end, and a node that cannot be read (a unit test; the cluster tests use ssh).
+    fake_ssh = tmp_path / "ssh"
+    fake_ssh.write_text('#!/bin/sh\nwhile [ "$1" = -o ]; do shift 2; done\n'
+                        '[ "$1" = n2 ] && { echo "ssh: connect to host n2: No route to host" >&2; exit 255; }\n'
+                        'shift; exec sh -c "$1"\n')
+    fake_ssh.chmod(0o755)
+    run_dir, workers = _worker_run(tmp_path, ("n0", "n1", "n2"), ssh=str(fake_ssh))
+    _worker_file(workers, 0).write_text("head 0\n")
+    out = io.StringIO()
+    follower = threading.Thread(target=rr.follow, args=(str(run_dir), "all", True), kwargs={"out": out})
+    follower.start()
+    time.sleep(0.5)
+    # n1 is the same directory here: its lines come twice, once as the head's, once as n1's.
+    _worker_file(workers, 1).write_text("one 1\none 2, no newline")
+    time.sleep(0.3)
+    rr.write_state(str(run_dir), running_record(state="failed", rc=1, nodes=["n0", "n1", "n2"], slots=[2] * 3))
+    follower.join(timeout=30)
+    lines = out.getvalue().splitlines()
+    assert json.loads(lines[-1][2:])["state"] == "failed"
+    assert sorted(lines[:-1]) == sorted([
+        "L [rank 0 n0] head 0", "L [rank 2 n1] head 0",
+        "L [rank 1 n0] one 1", "L [rank 1 n0] one 2, no newline",
+        "L [rank 3 n1] one 1", "L [rank 3 n1] one 2, no newline",
+        "L [n2] torchfleet: its worker logs could not be read from the head: "
+        "ssh: connect to host n2: No route to host"])
+
+
+def test_a_huge_line_is_clipped_where_a_record_quotes_it(tmp_path):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._head import report
+    workers = tmp_path / "workers"
+    log = _worker_file(workers, 0)
+    log.write_text("before\n" + "y" * 2**20 + "\nafter")
+    paths = {"workers": str(workers), "launcher": str(tmp_path / "launcher.log")}
+    quoted = report.output_tail(paths, worker_files=True)
+    # The end of a log is read (256 KiB of it): the line as far as it was read, cut to 2000.
+    assert quoted[0].startswith("y" * 2000 + "... (") and quoted[0].endswith(" characters more)"), quoted[0][-60:]
+    assert quoted[-1] == "after" and all(len(line) < 2100 for line in quoted)
+    assert report.rank0_tail("torchrun", paths)[-2].endswith("characters more)")

@@ -87,3 +87,40 @@ def test_a_good_slurm_request_has_no_problem():
 def test_slurm_requests_refused_on_the_controller(changes, words):
     problems = launch_problems(request(**changes))
     assert any(words in problem for problem in problems), problems
+
+
+def _fake_slurm(tmp_path, monkeypatch, scancel: str, squeue: str = "exit 0"):
+    """scancel and squeue stand-ins on PATH that log their calls (pure logic: the retries and
+    the reading; a real slurmctld is in tests/integration/test_slurm.py)."""
+    for name, body in (("scancel", scancel), ("squeue", squeue)):
+        path = tmp_path / name
+        path.write_text(f'#!/bin/sh\necho "$0 $*" >> {tmp_path}/calls\n{body}\n')
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    return tmp_path / "calls"
+
+
+def test_scancel_failures_are_retried_then_reported(tmp_path, monkeypatch):
+    calls = _fake_slurm(tmp_path, monkeypatch, 'echo "scancel: error: Unable to contact slurm controller" >&2; exit 1')
+    with pytest.raises(slurm.SlurmError, match=r"scancel 42 failed 3 times, the last: scancel: error: Unable to "
+                                               r"contact slurm controller; the job may still run"):
+        slurm.cancel("42", pause=0.01)
+    assert len(calls.read_text().splitlines()) == 3
+
+
+def test_scancel_succeeds_on_a_retry_and_a_job_slurm_forgot_is_done(tmp_path, monkeypatch):
+    # Fails once, then works.
+    calls = _fake_slurm(tmp_path, monkeypatch, f'[ -e {tmp_path}/once ] && exit 0; touch {tmp_path}/once; exit 1')
+    slurm.cancel("42", pause=0.01)
+    assert len(calls.read_text().splitlines()) == 2
+    _fake_slurm(tmp_path, monkeypatch, 'echo "scancel: error: Kill job error on job id 42: Invalid job id specified" >&2; exit 1')
+    slurm.cancel("42", pause=0.01)
+
+
+def test_the_jobs_of_runs_are_found_by_name_and_comment(tmp_path, monkeypatch):
+    _fake_slurm(tmp_path, monkeypatch, "exit 0",
+                "printf '7|tf-20261125-101010-aaaaaa|torchfleet\\n8|my-run|torchfleet\\n9|someone-else|\\n'")
+    assert slurm.run_jobs({"my-run"}) == [{"job_id": "8", "run_id": "my-run"}]
+    assert [job["job_id"] for job in slurm.run_jobs()] == ["7", "8"]
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert slurm.run_jobs() == []  # no Slurm here

@@ -685,8 +685,9 @@ def test_a_changed_cluster_interface_is_named_with_what_setup_recorded():
     assert interface_change(Node("n2", "n2.cluster", 1, "eth0"), {"eth0": []}) is None  # a name: the interface alone
 
 
-def _supervised(tmp_path, name, argv, start_timeout):
-    """A supervisor of its own for a launcher `argv` on this machine alone, started as the module starts it."""
+def _supervised(tmp_path, name, argv, start_timeout, wait=True):
+    """A supervisor of its own for a launcher `argv` on this machine alone, started as the module
+    starts it; its end's record, or (not `wait`) the supervisor's Popen."""
     run_dir = tmp_path / name
     (run_dir / "supervisor").mkdir(parents=True)
     package = start.copy_head_package(str(run_dir / "supervisor"))
@@ -698,8 +699,44 @@ def _supervised(tmp_path, name, argv, start_timeout):
     (run_dir / PLAN_FILE).write_text(plan.to_json())
     env = {"PATH": os.environ["PATH"], node_probe.RUN_ID_VAR: name, node_probe.SUPERVISOR_VAR: name}
     proc = supervisor.start(sys.executable, package, str(run_dir), env)
+    if not wait:
+        return proc
     proc.wait(timeout=90)  # 0 for a run that succeeded, 1 for one that did not
     return read_state(str(run_dir))
+
+
+def test_a_supervisor_killed_outright_leaves_nothing_running_and_its_run_recorded_lost(tmp_path):
+    # A launcher with a rank of its own session (as torchrun's workers are): the guardian ends
+    # both once the supervisor is SIGKILLed, and records the run lost, saying what it did.
+    rank = "import time; time.sleep(600)"
+    launcher = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {rank!r}], "
+                f"start_new_session=True); time.sleep(600)")
+    proc = _supervised(tmp_path, "tf-unit-killed", [sys.executable, "-c", launcher], 0, wait=False)
+    run_dir = str(tmp_path / "tf-unit-killed")
+    deadline = time.monotonic() + 30
+    while len(node_probe.find_run_processes({"tf-unit-killed"})) < 4:  # supervisor, guardian, launcher, rank
+        assert time.monotonic() < deadline, node_probe.find_run_processes({"tf-unit-killed"})
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    killed = time.monotonic()
+    while node_probe.find_run_processes({"tf-unit-killed"}):
+        assert time.monotonic() - killed < 30, node_probe.find_run_processes({"tf-unit-killed"})
+        time.sleep(0.1)
+    record = read_state(run_dir)
+    assert record["state"] == "lost" and record["ended"], record
+    assert record["msg"].startswith("the supervisor of run tf-unit-killed died at "), record["msg"]
+    assert "its guardian ended the run (2 process(es) on the head)" in record["msg"], record["msg"]
+
+
+def test_a_supervisor_that_ends_well_takes_its_guardian_with_it(tmp_path):
+    record = _supervised(tmp_path, "tf-unit-guarded", [sys.executable, "-c", "pass"], 0)
+    assert record["state"] == "succeeded"
+    deadline = time.monotonic() + 10
+    while node_probe.find_run_processes({"tf-unit-guarded"}):
+        assert time.monotonic() < deadline, node_probe.find_run_processes({"tf-unit-guarded"})
+        time.sleep(0.1)
+    assert read_state(str(tmp_path / "tf-unit-guarded"))["state"] == "succeeded"
 
 
 def test_a_launcher_that_never_starts_a_rank_is_ended_at_start_timeout_naming_the_node(tmp_path):

@@ -1,0 +1,55 @@
+"""Old runs removed on request: which ones (decided on the head, from their records) and their
+directories on a node (torchrun_prune). Nothing is pruned unasked, and never a run that may still
+be alive."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+from ._head.probe import find_run_processes
+from ._head.record import ENDED, read_state
+
+
+def prunable(records, keep: int | None = None, older_than_days: float | None = None,
+             now: float | None = None) -> list[str]:
+    """The run ids to prune of `records` (newest first, as torchrun_run_info lists them): ended
+    runs beyond the `keep` newest runs and started more than `older_than_days` ago (each only if
+    given; at least one must be). A run running or lost is never among them."""
+    if keep is None and older_than_days is None:
+        raise ValueError("give keep (the newest runs to keep) or older_than_days, or both")
+    now = time.time() if now is None else now
+    chosen = []
+    for index, record in enumerate(records):
+        if record.get("state") not in ENDED or (keep is not None and index < keep):
+            continue
+        if older_than_days is not None and now - (record.get("started_at") or now) < older_than_days * 86400:
+            continue
+        chosen.append(record["run_id"])
+    return chosen
+
+
+def bad_run_id(run_id: str) -> bool:
+    return not run_id or "/" in run_id or run_id in (".", "..") or run_id.startswith(".")
+
+
+def prune_here(log_dir: str, run_ids, check_mode: bool = False) -> tuple[list, dict]:
+    """(the run directories removed under `log_dir` on this node, {run id: why kept}). A run
+    whose record here does not say it ended, or with a process alive here, is kept."""
+    alive = {proc["run_id"] for proc in find_run_processes(set(run_ids))}
+    removed, kept = [], {}
+    for run_id in run_ids:
+        path = os.path.join(log_dir, run_id)
+        if not os.path.isdir(path):
+            continue
+        record = read_state(path)
+        if record is not None and record.get("state") not in ENDED:
+            kept[run_id] = f"its record says {record.get('state')}: stop it first"
+        elif run_id in alive:
+            kept[run_id] = "a process of it is alive on this node: stop it first"
+        else:
+            if not check_mode:
+                shutil.rmtree(path)
+            removed.append(run_id)
+    return removed, kept

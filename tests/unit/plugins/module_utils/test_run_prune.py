@@ -1,0 +1,75 @@
+"""Which old runs are pruned, and what pruning a node removes and keeps."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_prune as prune
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import record as rr
+
+DAY = 86400
+NOW = 1_800_000_000.0
+
+
+def listed(*states):
+    """Records newest first, one a day apart: the first started today."""
+    return [{"run_id": f"r{index}", "state": state, "started_at": NOW - index * DAY}
+            for index, state in enumerate(states)]
+
+
+def test_keep_counts_every_run_but_prunes_only_ended_ones():
+    runs = listed("running", "succeeded", "failed", "lost", "stopped", "timed_out")
+    assert prune.prunable(runs, keep=2, now=NOW) == ["r2", "r4", "r5"]
+    assert prune.prunable(runs, keep=0, now=NOW) == ["r1", "r2", "r4", "r5"]
+    assert prune.prunable(runs, keep=10, now=NOW) == []
+
+
+def test_older_than_alone_and_with_keep():
+    runs = listed("succeeded", "succeeded", "succeeded", "failed")
+    assert prune.prunable(runs, older_than_days=1.5, now=NOW) == ["r2", "r3"]
+    assert prune.prunable(runs, keep=3, older_than_days=1.5, now=NOW) == ["r3"]
+
+
+def test_nothing_is_pruned_unasked():
+    with pytest.raises(ValueError, match="give keep"):
+        prune.prunable(listed("succeeded"))
+
+
+def _run_dir(log_dir, run_id, state):
+    path = log_dir / run_id
+    (path / "workers").mkdir(parents=True)
+    (path / "workers" / "log").write_text("a rank's output\n")
+    if state:
+        rr.write_state(str(path), {"run_id": run_id, "state": state})
+    return path
+
+
+def test_a_node_removes_ended_runs_and_keeps_live_ones(tmp_path):
+    _run_dir(tmp_path, "done", "succeeded")
+    _run_dir(tmp_path, "no-record", None)  # another node's: ranks' logs, no record
+    running = _run_dir(tmp_path, "busy", "running")
+    # A process of a run alive here (its record ended, or it has none): kept.
+    alive = _run_dir(tmp_path, "alive", "failed")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                               env={**os.environ, "TORCHFLEET_RUN_ID": "alive"})
+    try:
+        time.sleep(0.2)
+        ids = ["done", "no-record", "busy", "alive", "absent"]
+        assert prune.prune_here(str(tmp_path), ids, check_mode=True)[0] == ["done", "no-record"]
+        assert (tmp_path / "done").is_dir()  # check mode changes nothing
+        removed, kept = prune.prune_here(str(tmp_path), ids)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert removed == ["done", "no-record"]
+    assert not (tmp_path / "done").exists() and not (tmp_path / "no-record").exists()
+    assert running.is_dir() and alive.is_dir()
+    assert "its record says lost: stop it first" in kept["busy"]  # no supervisor here and "alive on this node" in kept["alive"]
+
+
+@pytest.mark.parametrize("run_id", ["", "..", "a/b", ".hidden"])
+def test_what_is_not_a_run_id(run_id):
+    assert prune.bad_run_id(run_id)
