@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK
 """The `torchfleet` command."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+from torchfleet import __version__
 
 
 def _cluster(args: argparse.Namespace) -> int:
@@ -135,6 +138,11 @@ LAUNCH = "torchfleet.cluster.torchrun_launch"
 REFUSED = 125
 INTERRUPTED = 130
 JSON_REPORT_LINES = 1000  # the last lines of a run that --json reports carry
+# What each command's --help says of its exit codes.
+RUN_EXITS = ("exit: the run's own code: 0, the first failing rank's (128+N for signal N), else the "
+             "launcher's; 1 a run lost with its supervisor; 125 the launch was refused before anything "
+             "started; 130 Ctrl-C; 255 the stream from the head was lost (the run goes on); 2 bad usage")
+ANSIBLE_EXITS = "exit: 0 done, 2 bad usage, else ansible-playbook's code (the failures are printed)"
 
 
 def _new_run_id() -> str:
@@ -223,6 +231,15 @@ def _follow_target(args: argparse.Namespace) -> dict:
     return {"head": head, "hostvars": found["hostvars"]}
 
 
+def _shown_ranks(args: argparse.Namespace) -> str:
+    """Which output a command shows, as the head's follower takes it."""
+    if getattr(args, "rank", None) is not None:
+        return f"rank:{args.rank}"
+    if getattr(args, "node", None):
+        return f"node:{args.node}"
+    return "all" if getattr(args, "all_ranks", False) else "0"
+
+
 def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True,
                    stop_on_interrupt=False) -> int:
     """Stream the run (rank 0, or every rank) until it ends, then its end report; the run's
@@ -230,7 +247,7 @@ def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True
     from torchfleet import follow
 
     head = found["head"]
-    ranks = ranks or ("all" if getattr(args, "all_ranks", False) else "0")
+    ranks = ranks or _shown_ranks(args)
     shown = collections.deque(maxlen=JSON_REPORT_LINES)  # memory bounded whatever the run writes
 
     def on_line(text):
@@ -240,7 +257,8 @@ def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True
             print(text, flush=True)
     try:
         if record is None:
-            record = follow.follow(head, found["hostvars"], run_id, ranks, from_start, on_line)
+            record = follow.follow(head, found["hostvars"], run_id, ranks, from_start, on_line,
+                                   tail=getattr(args, "tail", None))
         elif ranks == "0":  # it ended before it could be followed: rank 0's last lines instead
             for line in record.get("rank0_tail") or []:
                 on_line(line)
@@ -299,11 +317,40 @@ def _shared(args: argparse.Namespace) -> bool:
     return as_bool(parse_extra_vars(args.extra_vars).get("shared_storage", False))
 
 
+def _alive(args: argparse.Namespace):
+    """(the ansible-runner outcome, {node: [run ids alive there]}), asked of every node as the
+    training account (in a container root may not read other users' /proc/PID/environ)."""
+    from torchfleet.inventory import cluster_vars
+
+    found = cluster_vars(args.inventory, args.extra_vars)
+    outcome = _adhoc(args, "torchfleet.cluster.torchrun_launch", "state=stopped", found["group"],
+                     ["--check", "--become", "--become-user", found["user"]])
+    return outcome, {item["host"]: [run["run_id"] for run in item["res"].get("runs", [])]
+                     for item in outcome.progress.results}
+
+
 def _stop(args: argparse.Namespace) -> int:
     fixed = {"launch_action": "stop"}
+    if args.run_id and args.all:
+        raise UsageError("give a run id or --all, not both")
     if args.run_id:
         _check_run_id(args.run_id)
         fixed["run_id"] = args.run_id
+    elif not args.all:
+        # As scancel and sky cancel: a bare stop ends the one run alive, never several at once.
+        outcome, alive = _alive(args)
+        if outcome.rc != 0:
+            return _finish(args, outcome, {})
+        runs = sorted({run_id for ids in alive.values() for run_id in ids})
+        if not runs:
+            print("torchfleet: no run is alive on any node", file=sys.stderr)
+            return 0
+        if len(runs) > 1:
+            print(f"torchfleet stop: {len(runs)} runs are alive: {', '.join(runs)}; stop one "
+                  f"(torchfleet stop RUN_ID) or every one (torchfleet stop --all)", file=sys.stderr)
+            return 2
+        fixed["run_id"] = runs[0]
+        print(f"torchfleet: stopping run {runs[0]}, the one alive", file=sys.stderr)
     outcome = _playbook(args, "launch", **fixed)
     said = [item["res"].get("msg", "") for item in outcome.progress.results
             if item.get("action") == "ansible.builtin.debug"]
@@ -326,6 +373,8 @@ def _logs(args: argparse.Namespace) -> int:
 
     if args.run_id:
         _check_run_id(args.run_id)
+    if (args.rank is not None and args.rank < 0) or (args.tail is not None and args.tail < 1):
+        raise UsageError("--rank takes a rank (0 or more), --tail a number of lines (1 or more)")
     found = _follow_target(args)
     if args.follow:
         return _follow_to_end(args, found, args.run_id, from_start=not args.since_now)
@@ -333,8 +382,9 @@ def _logs(args: argparse.Namespace) -> int:
     # The header names the state, known at the end: the lines wait in a file past a few MiB.
     with tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+", encoding="utf-8") as lines:
         try:
-            record = follow.follow(head, found["hostvars"], args.run_id, "all" if args.all_ranks else "0",
-                                   on_line=lambda text: lines.write(text + "\n"), until_end=False)
+            record = follow.follow(head, found["hostvars"], args.run_id, _shown_ranks(args),
+                                   on_line=lambda text: lines.write(text + "\n"), until_end=False,
+                                   tail=args.tail)
         except follow.FollowError as error:
             record = {"state": "unknown", "msg": str(error)}
         if record.get("state") == "unknown":
@@ -353,31 +403,45 @@ def _logs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _runs(args: argparse.Namespace) -> int:
-    """The cluster's runs, newest first, from their records on the head (torchrun_run_info)."""
+def _read_runs(args: argparse.Namespace, run_id: str | None = None):
+    """(the outcome, the cluster variables, the records newest first; only `run_id`'s if given)
+    from the head (torchrun_run_info)."""
     from torchfleet.inventory import cluster_vars
 
+    found = cluster_vars(args.inventory, args.extra_vars)
+    module_args = {"log_dir": found["log_dir"], **({"run_id": run_id} if run_id else {})}
+    outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps(module_args),
+                     found["head"], ["--become", "--become-user", found["user"]])
+    return outcome, found, next((item["res"].get("runs", []) for item in outcome.progress.results), [])
+
+
+def _listed(run: dict) -> dict:
+    from torchfleet.collection import module_util
+
+    run_record = module_util("_head.record")
+    return {key: run.get(key) for key in run_record.RunRecord.keys(run_record.LISTED)}
+
+
+def _runs(args: argparse.Namespace) -> int:
+    """The cluster's runs, newest first, from their records on the head (torchrun_run_info)."""
+    if args.limit:
+        raise UsageError("runs reads the records on the head alone: --limit does not apply")
     if (args.keep is not None or args.older_than is not None) and not args.prune:
         raise UsageError("--keep and --older-than choose what --prune removes: add --prune")
     if args.prune and args.keep is None and args.older_than is None:
         raise UsageError("--prune needs --keep N (the newest runs to keep) or --older-than DAYS, or both")
     if (args.keep is not None and args.keep < 0) or (args.older_than is not None and args.older_than < 0):
         raise UsageError("--keep and --older-than take a number of at least 0")
-    found = cluster_vars(args.inventory, args.extra_vars)
-    args.limit = None
-    outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps({"log_dir": found["log_dir"]}),
-                     found["head"], ["--become", "--become-user", found["user"]])
-    runs = next((item["res"].get("runs", []) for item in outcome.progress.results), [])
+    if args.count is not None and args.count < 1:
+        raise UsageError("-n takes a number of at least 1")
+    outcome, found, runs = _read_runs(args)
     if outcome.rc != 0:
         return _finish(args, outcome, {})
     if args.prune:
         return _prune(args, found, runs)
+    runs = [run for run in runs if args.state is None or run.get("state") == args.state][:args.count]
     if args.json:
-        from torchfleet.collection import module_util
-
-        run_record = module_util("_head.record")
-        keys = run_record.RunRecord.keys(run_record.LISTED)
-        print(json.dumps([{key: run.get(key) for key in keys} for run in runs], indent=1))
+        print(json.dumps([_listed(run) for run in runs], indent=1))
         return 0
     print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED':<26} {'DURATION':>9} {'WORLD':>5}  FAILED [JOB]")
     for run in runs:
@@ -393,6 +457,25 @@ def _runs(args: argparse.Namespace) -> int:
         rc = "-" if run.get("rc") is None else str(run["rc"])
         print(f"{run['run_id']:<28} {run['state']:<10} {rc:>4} {run.get('started') or '-':<26} "
               f"{duration:>9} {run.get('world_size') or '-':>5}  {failed}")
+    return 0
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    """One run's record, as `runs` lists it: key: value lines, or JSON."""
+    outcome, _found, runs = _read_runs(args, args.run_id)
+    if outcome.rc != 0:
+        return _finish(args, outcome, {})
+    if not runs:
+        print(f"torchfleet status: no run {args.run_id} on the head (torchfleet runs lists them)",
+              file=sys.stderr)
+        return 1
+    record = _listed(runs[0])
+    if args.json:
+        print(json.dumps(record, indent=1))
+    else:
+        for key, value in record.items():
+            if value not in (None, [], {}, ""):
+                print(f"{key + ':':<18} {value if not isinstance(value, (list, dict)) else json.dumps(value)}")
     return 0
 
 
@@ -432,14 +515,10 @@ def _adhoc(args: argparse.Namespace, module: str, module_args: str, pattern: str
 
 
 def _status(args: argparse.Namespace) -> int:
-    from torchfleet.inventory import cluster_vars
-
-    # As the training account: in a container root may not read other users' /proc/PID/environ.
-    found = cluster_vars(args.inventory, args.extra_vars)
-    outcome = _adhoc(args, "torchfleet.cluster.torchrun_launch", "state=stopped", found["group"],
-                     ["--check", "--become", "--become-user", found["user"]])
-    alive = {item["host"]: [run["run_id"] for run in item["res"].get("runs", [])]
-             for item in outcome.progress.results}
+    if args.run_id:
+        _check_run_id(args.run_id)
+        return _run_status(args)
+    outcome, alive = _alive(args)
     if not args.json:
         for host in sorted(alive):
             print(f"{host:<24} {', '.join(alive[host]) if alive[host] else 'idle'}")
@@ -470,9 +549,15 @@ def _render(args: argparse.Namespace) -> int:
                                 batch_slots=args.gpus_per_node, batch_format=args.format)
     rendered = tfplan.render(plan)
     if batch:
-        sys.stdout.write(module_util("_batch_script").batch_script(
-            args.format, plan, rendered, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-            walltime=args.walltime, queue=args.queue, account=args.account))
+        whole = tfplan.as_bool(extra.get("batch_whole_nodes", True))
+        try:
+            script = module_util("_batch_script").batch_script(
+                args.format, plan, rendered, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                walltime=args.walltime, queue=args.queue, account=args.account, whole_nodes=whole,
+                extra_args=extra.get(f"{args.format}_extra_args") or [])
+        except ValueError as error:
+            raise UsageError(str(error)) from error
+        sys.stdout.write(script)
         return 0
     origin = ("the cached facts of setup" if source == "facts" else "the inventory alone (no facts cached: run "
               "`torchfleet setup` for the real addresses, interfaces and paths)")
@@ -490,6 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="torchfleet",
         description="Turn a handful of machines into a multi-node PyTorch cluster and launch on it.",
     )
+    parser.add_argument("--version", action="version", version=f"torchfleet {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     cluster = sub.add_parser("cluster", help="a local cluster of containers for trying and testing")
@@ -518,10 +604,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print Ansible's own output (-vv and more: Ansible's verbosity)")
 
     sub.add_parser("setup", parents=[common], help="prepare every node (playbook setup.yml)",
-                   description="Run torchfleet.cluster.setup on the inventory.").set_defaults(func=_setup)
-    for name, func, text in (("launch", _launch, "start a training run and follow it to its end"),
-                             ("render", _render, "print the launch command, hostfile and env; runs nothing")):
-        p = sub.add_parser(name, parents=[common], help=text,
+                   description="Run torchfleet.cluster.setup on the inventory.",
+                   epilog=ANSIBLE_EXITS).set_defaults(func=_setup)
+    for name, func, text, exits in (
+            ("launch", _launch, "start a training run and follow it to its end", RUN_EXITS),
+            ("render", _render, "print the launch command, hostfile and env; runs nothing",
+             "exit: 0 rendered, 1 the request cannot be rendered (the message says why), 2 bad usage")):
+        p = sub.add_parser(name, parents=[common], help=text, epilog=exits,
                            usage=f"torchfleet {name} [options] SCRIPT [-- ARGS...]")
         p.add_argument("script", metavar="SCRIPT", help="the training script")
         p.set_defaults(func=func, script_args=[])
@@ -542,29 +631,45 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--walltime", help="pbs/slurm: time limit, HH:MM:SS")
             p.add_argument("--queue", "--partition", dest="queue", help="pbs queue / slurm partition")
             p.add_argument("--account", help="pbs/slurm: account to charge")
-    stop = sub.add_parser("stop", parents=[common], help="stop the runs of torchfleet on every node")
-    stop.add_argument("run_id", nargs="?", help="only this run")
+    stop = sub.add_parser("stop", parents=[common], help="stop a run on every node (RUN_ID, or --all)",
+                          epilog="exit: 0 stopped (or nothing alive), 2 a bare stop with several runs alive "
+                                 "(none stopped) or bad usage, else Ansible's code")
+    stop.add_argument("run_id", nargs="?", help="the run; left out: the one run alive, if only one is")
+    stop.add_argument("--all", action="store_true", help="every run of torchfleet")
     stop.set_defaults(func=_stop)
-    sub.add_parser("status", parents=[common],
-                   help="which runs are alive on which node").set_defaults(func=_status)
-    logs = sub.add_parser("logs", parents=[common], help="a run's output (rank 0's by default)")
+    for choice in sub.choices.values():
+        choice.formatter_class = argparse.RawDescriptionHelpFormatter
+    status = sub.add_parser("status", parents=[common],
+                            help="which runs are alive on which node; with RUN_ID, that run's record",
+                            epilog="exit: 0, 1 no such run, 2 bad usage, else Ansible's code")
+    status.add_argument("run_id", nargs="?", help="the run whose record to show")
+    status.set_defaults(func=_status)
+    logs = sub.add_parser("logs", parents=[common], help="a run's output (rank 0's by default)",
+                          epilog="exit: 0 (with -f: " + RUN_EXITS[6:] + "), 1 no log of the run, 2 bad usage")
     logs.add_argument("run_id", nargs="?", help="the run (default: the newest)")
     logs.add_argument("-f", "--follow", action="store_true",
                       help="follow the run until it ends, and exit with its exit code")
     logs.add_argument("--since-now", action="store_true", help="with -f: only what is written from now on")
-    logs.add_argument("--all-ranks", action="store_true", help="every rank's output, as [rank N host] lines")
+    which = logs.add_mutually_exclusive_group()
+    which.add_argument("--all-ranks", action="store_true", help="every rank's output, as [rank N host] lines")
+    which.add_argument("--rank", type=int, metavar="N", help="rank N's output alone")
+    which.add_argument("--node", metavar="HOST", help="the output of the ranks on HOST, as [rank N host] lines")
+    logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines (then, with -f, what follows)")
     logs.set_defaults(func=_logs)
-    wait = sub.add_parser("wait", parents=[common],
+    wait = sub.add_parser("wait", parents=[common], epilog=RUN_EXITS,
                           help="wait for a run to end, print its end report, exit with its exit code")
     wait.add_argument("run_id", nargs="?", help="the run (default: the newest)")
     wait.set_defaults(func=_wait)
     runs = sub.add_parser("runs", parents=[common], help="the cluster's runs, newest first, with their "
-                          "state and exit code; --prune removes old ones")
+                          "state and exit code; --prune removes old ones", epilog=ANSIBLE_EXITS)
     runs.add_argument("--prune", action="store_true",
                       help="remove ended runs' directories on every node (with --keep, --older-than)")
     runs.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the N newest runs")
     runs.add_argument("--older-than", type=float, metavar="DAYS",
                       help="with --prune: only runs started more than DAYS days ago")
+    runs.add_argument("--state", choices=["running", "succeeded", "failed", "stopped", "timed_out", "lost"],
+                      help="only runs in this state")
+    runs.add_argument("-n", dest="count", type=int, metavar="N", help="only the N newest (after --state)")
     runs.set_defaults(func=_runs)
     # Its own options (torchfleet doctor --help): main() hands the rest of the line to it.
     sub.add_parser("doctor", add_help=False, help="check the cluster before a run: ssh mesh, versions, "
@@ -583,6 +688,12 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, script_args = argv[:cut], argv[cut + 1:]
     parser = build_parser()
+    try:  # shell completion, where the optional extra is installed (torchfleet[completion])
+        import argcomplete  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        pass
+    else:
+        argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     if script_args is not None:
         if args.func not in (_launch, _render):

@@ -63,14 +63,16 @@ def remote_command(head: Head, hostvars: dict, args: list[str]) -> str:
 
 
 def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", from_start: bool = True,
-           on_line=None, until_end: bool = True) -> dict:
+           on_line=None, until_end: bool = True, tail: int | None = None) -> dict:
     """Stream the run's output (`on_line(text)` for each shown line) until it has ended (or,
-    not `until_end`, what it has written so far); returns its record. `ranks`: "0", "all" or
-    "none" (see the head package's record.shown). The newest run when `run_id` is None."""
+    not `until_end`, what it has written so far); returns its record. `ranks`: "0", "all",
+    "rank:N", "node:HOST" or "none" (see the head package's record.shown); `tail`: of what was
+    written before, the last lines only. The newest run when `run_id` is None."""
     follower = module_util("_head.record")  # the follower on the head: its lines' prefixes
     where = f"{head.log_dir}/{run_id}" if run_id else head.log_dir
     verb = "follow" if until_end else "print"
-    command = remote_command(head, hostvars, [verb, where, ranks, "start" if from_start else "now"])
+    command = remote_command(head, hostvars, [verb, where, ranks, "start" if from_start else "now",
+                                              *([str(tail)] if tail else [])])
     # ssh ignores a terminal's Ctrl-C (it keeps a signal ignored across exec): the Ctrl-C is for
     # this process, which decides what it means. Ansible-runner's handler for it is replaced.
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -66,18 +66,39 @@ def command_lines(raw: list[str], words: list[str], shell: str) -> list[str]:
     return [line for line in lines if line]
 
 
+def extra_args_problem(args, name: str) -> str | None:
+    """Why a site's own scheduler options (`name`: slurm_extra_args, pbs_extra_args) cannot go
+    into the script's header, one per line; None when they can."""
+    if not isinstance(args, (list, tuple)):
+        return f"{name} must be a list of options, one item each (['--qos=high', '--constraint=a100'])"
+    for arg in args:
+        if not isinstance(arg, str) or not arg.startswith("-") or any(ch in arg for ch in "\n\r\0"):
+            return (f"{name} item {arg!r} is not one option: give each as '--option=value' on one line, "
+                    f"starting with '-'")
+    return None
+
+
 def batch_script(fmt: str, plan, rendered, *, nodes: int, gpus_per_node: int | None,
                  walltime: str | None, queue: str | None, account: str | None,
-                 job_name: str = "torchfleet", fixed_run_id: bool = False, writer: str = "") -> str:
+                 job_name: str = "torchfleet", fixed_run_id: bool = False, writer: str = "",
+                 whole_nodes: bool = True, extra_args=()) -> str:
     """A PBS or Slurm batch script that runs `rendered` (of a for_allocation plan) from the
-    allocation's first node. `fixed_run_id`: the plan's run id as it is, else one from the job id."""
+    allocation's first node. `fixed_run_id`: the plan's run id as it is, else one from the job id.
+    `whole_nodes`: every CPU and all memory of each node (a node's GPU workers and their data
+    loaders share them), not the one CPU a site's cgroups would give one task; `extra_args`: the
+    site's own options (qos, constraint, reservation), one header line each."""
+    problem = extra_args_problem(list(extra_args), f"{fmt}_extra_args")
+    if problem:
+        raise ValueError(problem)
     q = shlex.quote
     if fmt == "pbs":
         select = f"select={nodes}:ncpus=1" + (f":ngpus={gpus_per_node}" if gpus_per_node else "")
-        headers = [f"#PBS -N {job_name}", f"#PBS -l {select}", "#PBS -l place=scatter"]
+        headers = [f"#PBS -N {job_name}", f"#PBS -l {select}",
+                   "#PBS -l place=scatter:excl" if whole_nodes else "#PBS -l place=scatter"]
         headers += [f"#PBS -l walltime={walltime}"] if walltime else []
         headers += [f"#PBS -q {queue}"] if queue else []
         headers += [f"#PBS -A {account}"] if account else []
+        headers += [f"#PBS {arg}" for arg in extra_args]
         list_nodes = 'awk \'NF && !seen[$1]++ {print $1}\' "${PBS_NODEFILE:?not inside a PBS job}"'
         job_id = "${PBS_JOBID:-$$}"
         cd = 'cd "${PBS_O_WORKDIR:-.}"'
@@ -88,6 +109,8 @@ def batch_script(fmt: str, plan, rendered, *, nodes: int, gpus_per_node: int | N
         headers += [f"#SBATCH --time={walltime}"] if walltime else []
         headers += [f"#SBATCH --partition={queue}"] if queue else []
         headers += [f"#SBATCH --account={account}"] if account else []
+        headers += ["#SBATCH --exclusive", "#SBATCH --mem=0"] if whole_nodes else []
+        headers += [f"#SBATCH {arg}" for arg in extra_args]
         list_nodes = 'scontrol show hostnames "${SLURM_JOB_NODELIST:?not inside a Slurm job}"'
         job_id = "${SLURM_JOB_ID:-$$}"
         cd = ":"

@@ -151,6 +151,12 @@ OPTIONS: tuple[Option, ...] = (
            short="slurm_time_limit"),
     Option("slurm_gpus_per_node", "int", "With scheduler slurm, GPUs per node requested as GRES "
            "(--gpus-per-node); 0 for none.", role_type="raw", role_default=0, short="slurm_gpus_per_node"),
+    Option("slurm_extra_args", "list", "With scheduler slurm, the site's own sbatch options (qos, "
+           "constraint, reservation), one item each as '--option=value'.", default=[], elements="str",
+           short="slurm_extra_args"),
+    Option("batch_whole_nodes", "bool", "With scheduler slurm, take whole nodes (--exclusive --mem=0): "
+           "every CPU and all memory for a node's workers; false asks for one task's share.",
+           default=True, short="batch_whole_nodes"),
     Option("group", "str", "The inventory group of the cluster's nodes (torchfleet_group, else cluster).",
            module=False, role_default="{{ torchfleet_group | default('cluster') }}"),
     Option("head_node", "str", "The node that runs the launcher and hosts the rendezvous (torchfleet_head, "

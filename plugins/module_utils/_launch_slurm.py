@@ -24,6 +24,9 @@ def slurm_job(module, plan, run_dir, paths):
         module.fail_json(msg=f"scheduler=slurm, but the head {plan.head} has no sbatch and scontrol: "
                              f"install Slurm's client commands there (slurm-client), or launch without "
                              f"the scheduler", run_id=plan.run_id)
+    problem = _batch_script.extra_args_problem(p["slurm_extra_args"], "slurm_extra_args")
+    if problem:
+        module.fail_json(msg=f"refusing to submit: {problem}", run_id=plan.run_id)
     try:
         if p["slurm_time_limit"]:
             slurm.check_time_limit(p["slurm_time_limit"])
@@ -45,7 +48,8 @@ def slurm_job(module, plan, run_dir, paths):
     script = _batch_script.batch_script(
         "slurm", allocation, rendered, nodes=len(plan.nodes), gpus_per_node=p["slurm_gpus_per_node"],
         walltime=p["slurm_time_limit"], queue=partition, account=p["slurm_account"],
-        job_name=plan.run_id, fixed_run_id=True, writer="torchfleet.cluster.torchrun_launch")
+        job_name=plan.run_id, fixed_run_id=True, writer="torchfleet.cluster.torchrun_launch",
+        whole_nodes=p["batch_whole_nodes"], extra_args=p["slurm_extra_args"])
     script_path = os.path.join(run_dir, "job.sbatch")
     # Named after the run, with torchfleet's comment: `stop` finds it whatever its supervisor's state.
     argv = [sbatch, "--parsable", f"--output={paths['launcher']}", f"--chdir={p['chdir'] or run_dir}",

@@ -323,6 +323,20 @@ options:
       - With O(scheduler=slurm), GPUs per node requested as Slurm GRES (C(--gpus-per-node));
         unset, none are requested (a cluster whose GPUs are not GRES gives them to every job).
     type: int
+  slurm_extra_args:
+    description:
+      - With O(scheduler=slurm), the site's own C(sbatch) options (qos, constraint, reservation), each
+        item one option as C(--option=value), written into the batch script's header.
+    type: list
+    elements: str
+    default: []
+  batch_whole_nodes:
+    description:
+      - With O(scheduler=slurm), take whole nodes (C(--exclusive --mem=0)), so that a node's GPU workers
+        and their data loaders have every CPU and all memory of it where the site enforces cgroups.
+      - V(false) asks for one task's share of each node.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:

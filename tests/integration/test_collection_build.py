@@ -22,15 +22,26 @@ def plugins(kind):
 def installed(tmp_path_factory):
     """(a directory outside the checkout, the environment that finds only the installed collection)."""
     tmp = tmp_path_factory.mktemp("galaxy")
-    built = subprocess.run(["ansible-galaxy", "collection", "build", "--output-path", str(tmp)], cwd=REPO,
-                           capture_output=True, text=True, check=False)
+    # A site's own inventory in the checkout, as a user keeps it (git ignores it): never shipped.
+    # Written only where the user has none, and removed after.
+    site = REPO / "inventory" / "hosts.yml"
+    written = not site.exists()
+    if written:
+        site.write_text("cluster:\n  hosts:\n    site-node0: {ansible_host: 10.11.12.13}\n")
+    try:
+        built = subprocess.run(["ansible-galaxy", "collection", "build", "--output-path", str(tmp)], cwd=REPO,
+                               capture_output=True, text=True, check=False)
+    finally:
+        if written:
+            site.unlink()
     assert built.returncode == 0, built.stdout + built.stderr
     tarball = tmp / f"torchfleet-cluster-{GALAXY['version']}.tar.gz"
     with tarfile.open(tarball) as archive:
         names = archive.getnames()
-    assert "MANIFEST.json" in names and "roles/launch/tasks/main.yml" in names
-    # Checkout plumbing and the Python package stay out of the collection.
-    assert not [name for name in names if name.startswith((".collections", ".venv", "torchfleet/", "bench/"))]
+    assert "MANIFEST.json" in names and "roles/launch/tasks/main.yml" in names and "LICENSE" in names
+    # Checkout plumbing, the Python package and any inventory stay out of the collection.
+    assert not [name for name in names
+                if name.startswith((".collections", ".venv", "torchfleet/", "bench/", "inventory"))], names
     elsewhere = tmp / "elsewhere"
     elsewhere.mkdir()
     env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}

@@ -375,3 +375,49 @@ def test_runs_prune_removes_ended_runs_on_every_node_and_never_a_running_one(clu
         assert runs_json(cluster)[running_id]["state"] == "running"
     finally:
         assert torchfleet(cluster, "stop", running_id).returncode == 0
+
+
+def test_a_bare_stop_ends_the_one_run_alive_and_never_several(cluster):
+    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+                          "--", *ENDLESS)
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    run_id = detached.stdout.split()[1]
+    # What a second run left on node1 (a run lost with its supervisor and guardian): alive too.
+    stray = run(["docker", "exec", "-d", "-u", "torchfleet", NODES[1], "env", "TORCHFLEET_RUN_ID=tf-stray",
+                 "python3", "-c", "import time; time.sleep(300)  # train.py stand-in"], timeout=60)
+    assert stray.returncode == 0, stray.stderr
+    wait_until(lambda: any("time.sleep(300)" in line for line in left_on(NODES[1])), 30, "the stray process")
+    refused = torchfleet(cluster, "stop")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"2 runs are alive: {run_id}, tf-stray" in refused.stderr or \
+        f"2 runs are alive: tf-stray, {run_id}" in refused.stderr, refused.stderr
+    assert runs_json(cluster)[run_id]["state"] == "running"  # nothing was stopped
+    assert torchfleet(cluster, "stop", run_id).returncode == 0
+    assert runs_json(cluster)[run_id]["state"] == "stopped"
+    # One alive now: a bare stop ends it and says which.
+    last = torchfleet(cluster, "stop")
+    assert last.returncode == 0 and "stopping run tf-stray, the one alive" in last.stderr, last.stderr
+    assert not any("time.sleep(300)" in line for line in left_on(NODES[1]))
+    idle = torchfleet(cluster, "stop")
+    assert idle.returncode == 0 and "no run is alive on any node" in idle.stderr, idle.stderr
+
+
+def test_logs_of_one_rank_one_node_and_the_last_lines_of_a_live_run(cluster):
+    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=2", "--detach",
+                          "--", *ENDLESS)
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    run_id = detached.stdout.split()[1]
+    try:
+        wait_until(lambda: "epoch 2/" in torchfleet(cluster, "logs", run_id).stdout, LIMIT, "two epochs")
+        rank3 = torchfleet(cluster, "logs", run_id, "--rank", "3")
+        assert rank3.returncode == 0, rank3.stderr
+        assert "TORCHFLEET_RANK rank=3 local_rank=1 world_size=6" in rank3.stdout, rank3.stdout[-2000:]
+        assert "rank=0 " not in rank3.stdout and "[rank" not in rank3.stdout
+        node2 = torchfleet(cluster, "logs", run_id, "--node", NODES[2])
+        ranks = {line.split()[1] for line in node2.stdout.splitlines() if line.startswith("[rank ")}
+        assert ranks == {"4", "5"}, node2.stdout[-2000:]
+        last = torchfleet(cluster, "logs", run_id, "--tail", "2")
+        shown = [line for line in last.stdout.splitlines() if not line.startswith("# ")]
+        assert len(shown) == 2 and shown[-1].startswith("epoch "), last.stdout
+    finally:
+        assert torchfleet(cluster, "stop", run_id).returncode == 0

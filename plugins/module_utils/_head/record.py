@@ -15,6 +15,7 @@ library, and nothing of its package.
 
 from __future__ import annotations
 
+import collections
 import glob
 import json
 import os
@@ -315,17 +316,20 @@ def labelled(line: str, record: dict) -> tuple[int | None, str | None, str]:
 
 
 def shown(line: str, record: dict, ranks: str) -> str | None:
-    """What a follower prints of a launcher.log line: with `ranks` "0" rank 0's lines bare and
-    the launcher's own messages (mpirun's errors), with "all" every line, a rank's as
-    `[rank N host] ...`, a node's torchrun as `[host] ...`; with "none" nothing."""
+    """What a follower prints of a launcher.log line: with `ranks` "0" (or "rank:N") that rank's
+    lines bare and the launcher's own messages (mpirun's errors); with "all" every line, a rank's
+    as `[rank N host] ...`, a node's torchrun as `[host] ...`; with "node:HOST" those of HOST;
+    with "none" nothing."""
     if ranks == "none":
         return None
     rank, host, text = labelled(line, record)
-    if ranks == "all":
+    if ranks == "all" or (ranks.startswith("node:") and host == ranks[5:]):
         if rank is not None:
             return f"[rank {rank} {host}] {text}"
         return f"[{host}] {text}" if host else text
-    if rank == 0:
+    if ranks.startswith("node:"):
+        return None
+    if rank == int(ranks.partition(":")[2] or ranks):
         return text
     return text if host is None else None
 
@@ -333,6 +337,7 @@ def shown(line: str, record: dict, ranks: str) -> str | None:
 # torchrun's --log-dir on each node: DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/std*.log.
 _WORKER_FILE = re.compile(r"attempt_(\d+)[/\\](\d+)[/\\](?:stdout|stderr)\.log$")
 REMOTE_QUIET = 10  # seconds a node's reader may say nothing after the run's end before it is given up
+CAUGHT_UP = b"-\n"  # a node's reader has sent what its files held when it started
 
 
 class Tail:
@@ -398,14 +403,18 @@ class WorkerFiles:
 def serve_worker_lines(directory: str, from_start: bool) -> int:
     """On a node, for the head's follower: "LOCAL_RANK LINE" for every line of this node's worker
     files, as they grow, until stdin closes (the run has ended); then the rest, and exit."""
-    files, final = WorkerFiles(directory, None, from_start), False
+    files, final, caught_up = WorkerFiles(directory, None, from_start), False, False
     out = sys.stdout.buffer
     while True:
         found, more = files.read(final)
         for local, line in found:
             out.write(b"%d %s\n" % (local, line))
-        if found:
+        if not more and not caught_up:  # what the files held at the start has been sent
+            out.write(CAUGHT_UP)
+            caught_up = True
+        if found or caught_up is True:
             out.flush()
+            caught_up = caught_up or None
         if final and not more:
             return 0
         if not more and not final and select.select([sys.stdin], [], [], POLL)[0]:
@@ -421,7 +430,7 @@ class NodeReader:
         remote = shlex.join([plan["python"], "-S", "-c", source, "serve", directory,
                              "start" if from_start else "now"])
         self.index, self.name, self.lines = index, node["name"], lines
-        self.heard = time.monotonic()
+        self.heard, self.caught_up = time.monotonic(), False
         # As the training account (the run directory's owner), whose key and known_hosts reach
         # the nodes, also where root follows the run.
         owner = os.stat(directory if os.path.isdir(directory) else os.path.dirname(directory))
@@ -436,8 +445,12 @@ class NodeReader:
     def _pump(self) -> None:
         for raw in self.proc.stdout:
             self.heard = time.monotonic()
+            if raw == CAUGHT_UP:
+                self.caught_up = True
+                continue
             local, _sep, line = raw.rstrip(b"\n").partition(b" ")
             self.lines.put((self.index, int(local), line))
+        self.caught_up = True
         said = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
         rc = self.proc.wait()
         self.lines.put((self.index, None, (said[-1] if said else f"ssh exited {rc}") if rc else None))
@@ -475,11 +488,20 @@ class RunOutput:
         directory = plan["paths"]["workers"]
         self.nodes = [node["name"] for node in plan["nodes"]]
         self.nproc = plan["nproc"]
-        self.head_index = self.nodes.index(plan["head"])
-        self.head_files = WorkerFiles(directory, {0} if ranks == "0" else None, from_start)
+        head_index = self.nodes.index(plan["head"])
+        # {node index: its local ranks to show, None for all}: global rank = index * nproc + local.
+        if ranks == "all":
+            self.wanted = dict.fromkeys(range(len(self.nodes)))
+        elif ranks.startswith("node:"):
+            self.wanted = {self.nodes.index(ranks[5:]): None} if ranks[5:] in self.nodes else {}
+        else:
+            rank = int(ranks.partition(":")[2] or ranks)
+            self.wanted = {rank // self.nproc: {rank % self.nproc}} if rank < self.nproc * len(self.nodes) else {}
+        if head_index in self.wanted:
+            self.head_files = (head_index, WorkerFiles(directory, self.wanted[head_index], from_start))
         others = [(index, node) for index, node in enumerate(plan["nodes"])
-                  if node["name"] != plan["head"]]
-        if ranks != "all" or not others:
+                  if index in self.wanted and index != head_index]
+        if not others:
             return
         source_path = os.path.join(run_dir, "supervisor", "_head", "record.py")
         with open(source_path, encoding="utf-8") as handle:
@@ -489,9 +511,13 @@ class RunOutput:
 
     def _worker_line(self, index: int, local: int, line: bytes) -> str:
         text = line.decode("utf-8", "replace")
-        if self.ranks == "0":
+        if self.ranks == "0" or self.ranks.startswith("rank:"):
             return text
         return f"[rank {index * self.nproc + local} {self.nodes[index]}] {text}"
+
+    def caught_up(self) -> bool:
+        """Whether every node's reader has sent what its files held when it started."""
+        return all(reader.caught_up for reader in self.readers)
 
     def read(self, final: bool) -> tuple[list, bool]:
         """(the lines to show, whether more is waiting now)."""
@@ -499,8 +525,9 @@ class RunOutput:
         shown_lines = [text for text in (shown(raw.decode("utf-8", "replace"), self.record, self.ranks)
                                          for raw in found) if text is not None]
         if self.head_files is not None:
-            lines, waiting = self.head_files.read(final)
-            shown_lines += [self._worker_line(self.head_index, local, line) for local, line in lines]
+            head_index, files = self.head_files
+            lines, waiting = files.read(final)
+            shown_lines += [self._worker_line(head_index, local, line) for local, line in lines]
             more = more or waiting
         while len(shown_lines) < 4096:
             try:
@@ -512,7 +539,7 @@ class RunOutput:
                 if line:
                     shown_lines.append(f"[{self.nodes[index]}] torchfleet: its worker logs could not "
                                        f"be read from the head: {line}")
-            else:
+            elif self.wanted[index] is None or local in self.wanted[index]:
                 shown_lines.append(self._worker_line(index, local, line))
         return shown_lines, more or not self.queue.empty()
 
@@ -535,10 +562,10 @@ class RunOutput:
 
 
 def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: float = 30,
-           out=None, until_end: bool = True) -> dict:
+           out=None, until_end: bool = True, tail: int | None = None) -> dict:
     """Print the run's output as it is written (LINE-prefixed, see `RunOutput`) until the run has
     ended (or, not `until_end`, what there is now), then its record (END-prefixed, JSON);
-    returns the record."""
+    returns the record. `tail`: of what was written before, only the last `tail` lines."""
     out = out or sys.stdout
     deadline = time.monotonic() + wait_start
     record = read_state(run_dir)
@@ -551,12 +578,21 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
         time.sleep(POLL)
         record = read_state(run_dir)
     output, said = RunOutput(run_dir, record, ranks, from_start), None
+    held = [collections.deque(maxlen=tail)] if tail else [None]  # until caught up: the last lines
 
     def write(lines):
+        if held[0] is not None:
+            held[0].extend(lines)
+            return
         for text in lines:
             out.write(LINE + text + "\n")
         if lines:
             out.flush()
+
+    def release():
+        if held[0] is not None:
+            lines, held[0] = list(held[0]), None
+            write(lines)
     while True:
         # A scheduler's job: its state and Slurm's reason, each time they change (pending, running).
         if record.get("state") == "running" and record.get("job_state") and record.get("msg") != said:
@@ -567,18 +603,21 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
             # The launcher's last words and the ranks' were written before the record.
             for lines in output.finish():
                 write(lines)
+            release()
             out.write(END + json.dumps(record) + "\n")
             out.flush()
             return record
         lines, more = output.read(final=False)
         write(lines)
+        if not more and output.caught_up():
+            release()
         if not more:
             time.sleep(POLL)
             record = read_state(run_dir) or record
 
 
 def main(argv: list[str]) -> int:
-    """follow|print RUN_DIR_OR_LOG_DIR [RANKS [FROM_START]]: the newest run when given the log
+    """follow|print RUN_DIR_OR_LOG_DIR [RANKS [FROM_START [TAIL]]]: the newest run when given the log
     dir; print: what the log holds now, and the record. serve WORKERS_DIR [FROM_START]: on a
     node, its worker files for the head's follower."""
     if len(argv) >= 2 and argv[0] == "serve":
@@ -587,7 +626,7 @@ def main(argv: list[str]) -> int:
         except BrokenPipeError:  # the head's follower went
             return 0
     if len(argv) < 2 or argv[0] not in ("follow", "print"):
-        sys.stderr.write("usage: follow|print RUN_DIR|LOG_DIR [0|all|none] [start|now]\n")
+        sys.stderr.write("usage: follow|print RUN_DIR|LOG_DIR [0|all|none|rank:N|node:HOST] [start|now] [TAIL]\n")
         return 2
     where = os.path.expanduser(argv[1])
     if not os.path.exists(os.path.join(where, STATE_FILE)):
@@ -598,8 +637,9 @@ def main(argv: list[str]) -> int:
         where = os.path.join(where, run_id)
     ranks = argv[2] if len(argv) > 2 else "0"
     from_start = (argv[3] if len(argv) > 3 else "start") == "start"
+    tail = int(argv[4]) if len(argv) > 4 else None
     try:
-        follow(where, ranks, from_start, until_end=argv[0] == "follow")
+        follow(where, ranks, from_start, until_end=argv[0] == "follow", tail=tail)
     except BrokenPipeError:  # the reader went (the torchfleet command ended); the run goes on
         return 0
     return 0

@@ -15,7 +15,7 @@ import signal
 from .probe import clipped, log_tail, read_end
 from .record import slot_owner, untagged
 
-STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop)"
+STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop --all)"
 TAIL_LINES = 20
 
 

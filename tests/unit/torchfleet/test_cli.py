@@ -377,3 +377,52 @@ def test_command_lines_pair_options_with_their_values():
     assert command_lines(raw, raw, "/bin/sh") == [
         "mpiexec", "-n 2", "--ppn 1", "--envall", "--mca a b", "-x N", "--tag-output",
         "/bin/sh -c exec x", "torchfleet --epochs 3"]
+
+
+@pytest.mark.parametrize("fmt, whole, extra", [
+    ("slurm", ["#SBATCH --exclusive", "#SBATCH --mem=0"], "#SBATCH --qos=high"),
+    ("pbs", ["#PBS -l place=scatter:excl"], "#PBS -l software=abc"),
+])
+def test_batch_scripts_take_whole_nodes_and_the_sites_own_options(project, capsys, fmt, whole, extra):
+    option = "--qos=high" if fmt == "slurm" else "-l software=abc"
+    rc, script, err = run_cli(capsys, "render", "train.py", "--format", fmt, "--nodes", "2",
+                              "-e", "interface=ib0", "-e", json.dumps({f"{fmt}_extra_args": [option]}))
+    assert rc == 0, err
+    header = [line for line in script.splitlines() if line.startswith(("#SBATCH", "#PBS"))]
+    assert all(line in header for line in whole) and extra in header, header
+    # Less than whole nodes, on request.
+    rc, script, err = run_cli(capsys, "render", "train.py", "--format", fmt, "--nodes", "2",
+                              "-e", "interface=ib0", "-e", "batch_whole_nodes=false")
+    assert rc == 0 and not any(line in script for line in whole), script
+    # An option that would end the header line (and write a line of the script) is refused.
+    rc, script, err = run_cli(capsys, "render", "train.py", "--format", fmt, "--nodes", "2",
+                              "-e", "interface=ib0", "-e", json.dumps({f"{fmt}_extra_args": ["--qos=x\nrm -rf ~"]}))
+    assert rc == 2 and f"{fmt}_extra_args item" in err and not script
+
+
+def test_version_completion_and_exit_codes_in_help(capsys):
+    rc, out, err = run_cli(capsys, "--version")
+    assert rc == 0 and out.strip() == f"torchfleet {cli.__version__}"
+    for command in ("launch", "wait", "logs", "stop", "runs", "status", "render", "setup"):
+        rc, out, err = run_cli(capsys, command, "--help")
+        assert rc == 0 and "exit: " in out, (command, out)
+    # Shell completion through argcomplete (the completion extra), as bash asks for it.
+    # It writes the words to descriptor 8.
+    done = subprocess.run(["sh", "-c", '"$0" 8>&1 9>/dev/null', shutil.which("torchfleet")],
+                          capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+                          env=dict(os.environ, COMP_LINE="torchfleet logs --ra", COMP_POINT="20",
+                                   _ARGCOMPLETE="1", _ARGCOMPLETE_IFS="\n"))
+    assert done.returncode == 0 and done.stdout.split() == ["--rank"], done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["stop", "tf-1", "--all"], "give a run id or --all, not both"),
+    (["runs", "--keep", "3"], "add --prune"),
+    (["runs", "--prune"], "--prune needs --keep N"),
+    (["runs", "-n", "0"], "-n takes a number of at least 1"),
+    (["runs", "--limit", "node1"], "--limit does not apply"),
+    (["logs", "--rank", "1", "--all-ranks"], "not allowed with argument"),
+])
+def test_usage_errors_name_the_fix(project, capsys, argv, said):
+    rc, out, err = run_cli(capsys, *argv, "-i", "hosts.yml")
+    assert rc == 2 and said in err, err

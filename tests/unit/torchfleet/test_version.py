@@ -1,5 +1,5 @@
-"""One version everywhere: the collection (galaxy.yml), the Python package (pyproject.toml and
-torchfleet.__version__), and no plugin added after it."""
+"""One version everywhere: written in torchfleet.__version__ (pyproject.toml reads it from there) and
+in galaxy.yml (ansible-galaxy reads no other file), which must agree; no plugin added after it."""
 
 import re
 import tomllib
@@ -14,8 +14,10 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_the_collection_and_the_package_have_one_version():
     collection = yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
-    package = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    assert collection == package == torchfleet.__version__
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" in project["project"]["dynamic"] and "version" not in project["project"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "torchfleet.__version__"}
+    assert collection == torchfleet.__version__
 
 
 def test_no_plugin_is_added_in_a_version_after_the_collections():

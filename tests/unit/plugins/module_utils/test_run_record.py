@@ -351,3 +351,26 @@ def test_a_huge_line_is_clipped_where_a_record_quotes_it(tmp_path):
     assert quoted[0].startswith("y" * 2000 + "... (") and quoted[0].endswith(" characters more)"), quoted[0][-60:]
     assert quoted[-1] == "after" and all(len(line) < 2100 for line in quoted)
     assert report.rank0_tail("torchrun", paths)[-2].endswith("characters more)")
+
+
+def test_one_rank_one_node_and_the_last_lines(tmp_path):
+    fake_ssh = tmp_path / "ssh"
+    fake_ssh.write_text('#!/bin/sh\nwhile [ "$1" = -o ]; do shift 2; done\nshift; exec sh -c "$1"\n')
+    fake_ssh.chmod(0o755)
+    run_dir, workers = _worker_run(tmp_path, ("n0", "n1"), ssh=str(fake_ssh))
+    _worker_file(workers, 0).write_text("".join(f"zero {n}\n" for n in range(5)))
+    _worker_file(workers, 1).write_text("".join(f"one {n}\n" for n in range(5)))
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0", "n1"], slots=[2, 2]))
+
+    def lines(ranks, **kwargs):
+        out = io.StringIO()
+        rr.follow(str(run_dir), ranks, out=out, **kwargs)
+        return out.getvalue().splitlines()[:-1]
+    assert lines("rank:1") == [f"L one {n}" for n in range(5)]
+    # n1 reads the same directory here, through its reader: rank 3 is its local rank 1.
+    assert lines("rank:3") == [f"L one {n}" for n in range(5)]
+    assert sorted(lines("node:n1")) == sorted([f"L [rank 2 n1] zero {n}" for n in range(5)]
+                                              + [f"L [rank 3 n1] one {n}" for n in range(5)])
+    assert lines("rank:0", tail=2) == ["L zero 3", "L zero 4"]
+    assert lines("rank:3", tail=1, until_end=False) == ["L one 4"]
+    assert lines("rank:9") == [] and lines("node:elsewhere") == []
