@@ -63,8 +63,32 @@ def _unsafe(value) -> str:
     return text
 
 
-def _playbook_args(args: argparse.Namespace, **fixed) -> list[str]:
+def _ansible_args(args: argparse.Namespace) -> list[str]:
+    """The connection and Vault options, to ansible-playbook as the user gave them."""
     cmdline = []
+    for option, value in (("--user", args.user), ("--private-key", args.private_key),
+                          ("--forks", args.forks)):
+        if value is not None:
+            cmdline += [option, str(value)]
+    for path in args.vault_password_file:
+        cmdline += ["--vault-password-file", path]
+    # Asked once here (ansible-runner answers Ansible's own prompts with them: `passwords`).
+    cmdline += ["--ask-vault-pass"] * args.ask_vault_pass + ["--ask-become-pass"] * args.ask_become_pass
+    return cmdline
+
+
+def _passwords(args: argparse.Namespace) -> dict:
+    """ansible-runner's answers to Ansible's password prompts: {prompt pattern: password}."""
+    answers = {}
+    if getattr(args, "become_password", None) is not None:
+        answers[r"BECOME password.*:\s*?$"] = args.become_password
+    if getattr(args, "vault_password", None) is not None:
+        answers[r"Vault password.*:\s*?$"] = args.vault_password
+    return answers
+
+
+def _playbook_args(args: argparse.Namespace, **fixed) -> list[str]:
+    cmdline = _ansible_args(args)
     for value in args.extra_vars:
         # Ansible would fail on it while reading the inventory, in words about the inventory.
         if value.startswith("@") and not Path(value[1:]).expanduser().is_file():
@@ -101,7 +125,8 @@ def _playbook(args: argparse.Namespace, name: str, ctrl_c=None, **fixed):
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         inventories = inventory_paths(args.inventory, Path(scratch))
         return run(playbook=f"torchfleet.cluster.{name}", inventories=inventories,
-                   cmdline=_playbook_args(args, **fixed), progress=_progress(args), ctrl_c=ctrl_c)
+                   cmdline=_playbook_args(args, **fixed), progress=_progress(args), ctrl_c=ctrl_c,
+                   passwords=_passwords(args))
 
 
 def _finish(args: argparse.Namespace, outcome, payload: dict) -> int:
@@ -509,9 +534,10 @@ def _adhoc(args: argparse.Namespace, module: str, module_args: str, pattern: str
 
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         inventories = inventory_paths(args.inventory, Path(scratch))
-        cmdline = list(extra) + (["--limit", args.limit] if args.limit else [])
+        cmdline = _ansible_args(args) + list(extra) + (["--limit", args.limit] if args.limit else [])
         return run(module=module, module_args=module_args, host_pattern=pattern,
-                   inventories=inventories, cmdline=cmdline, progress=_progress(args))
+                   inventories=inventories, cmdline=cmdline, progress=_progress(args),
+                   passwords=_passwords(args))
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -599,6 +625,14 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-e", "--extra-vars", action="append", default=[], metavar="VARS",
                         help="KEY=VALUE, JSON or @FILE, as ansible-playbook (repeatable)")
     common.add_argument("--limit", help="only these hosts (an Ansible pattern)")
+    ansible = common.add_argument_group("as ansible-playbook takes them")
+    ansible.add_argument("-u", "--user", help="connect as this user")
+    ansible.add_argument("--private-key", metavar="FILE", help="the ssh key to connect with")
+    ansible.add_argument("--forks", type=int, metavar="N", help="nodes Ansible works on at once")
+    ansible.add_argument("-K", "--ask-become-pass", action="store_true", help="ask for the become (sudo) password")
+    ansible.add_argument("--vault-password-file", action="append", default=[], metavar="FILE",
+                         help="decrypt vaulted -e @FILE and variables with this (repeatable)")
+    ansible.add_argument("-J", "--ask-vault-pass", action="store_true", help="ask for the Vault password")
     common.add_argument("--json", action="store_true", help="print the result as JSON")
     common.add_argument("-v", "--verbose", action="count", default=0,
                         help="print Ansible's own output (-vv and more: Ansible's verbosity)")
@@ -702,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "format", None) == "json":
         args.json = True
     try:
+        _ask_passwords(args)
         return args.func(args)
     except UsageError as error:
         parser.exit(2, f"torchfleet {args.command}: error: {error}\n")
@@ -718,6 +753,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"torchfleet {args.command}: error: {error}", file=sys.stderr)
             return 1
         raise
+
+
+def _ask_passwords(args: argparse.Namespace) -> None:
+    """-K and --ask-vault-pass: asked once, before anything runs, as ansible-playbook asks; the
+    Vault's also decrypts the -e files this command reads itself."""
+    import getpass
+
+    from torchfleet.extra_vars import use_vault
+
+    if getattr(args, "ask_become_pass", False):
+        args.become_password = getpass.getpass("BECOME password: ")
+    if getattr(args, "ask_vault_pass", False):
+        args.vault_password = getpass.getpass("Vault password: ")
+    if getattr(args, "vault_password_file", None) or getattr(args, "vault_password", None) is not None:
+        use_vault(args.vault_password_file, getattr(args, "vault_password", None))
 
 
 def _hostfile_error():

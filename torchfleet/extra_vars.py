@@ -1,44 +1,82 @@
-"""-e as ansible-playbook reads it: the one parser of extra vars of every command."""
+"""-e as ansible-playbook reads it: the one parser of extra vars of every command, on Ansible's own
+loader (KEY=VALUE by its splitter, JSON/YAML and @FILE by its DataLoader, Vault included)."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
-
-import yaml
 
 
 class RenderError(Exception):
     """A problem the user can act on."""
 
 
+# The command's Vault secrets (--vault-password-file, --ask-vault-pass), set once by the command.
+_VAULT_SECRETS: list = []
+
+
+def use_vault(password_files=(), password: str | None = None) -> None:
+    """Decrypt vaulted -e files with these: each password file (a file, or a script that prints the
+    password), and a password typed at --ask-vault-pass."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.parsing.vault import VaultSecret, get_file_vault_secret
+
+    secrets = []
+    for path in password_files:
+        try:
+            secret = get_file_vault_secret(filename=str(Path(path).expanduser()), loader=DataLoader())
+            secret.load()
+        except AnsibleError as error:
+            raise RenderError(f"--vault-password-file {path}: {error.message}") from None
+        secrets.append(("default", secret))
+    if password is not None:
+        secrets.append(("default", VaultSecret(password.encode())))
+    _VAULT_SECRETS[:] = secrets
+
+
+def _plain(value):
+    """Ansible's tagged values as the plain ones they stand for."""
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    for kind in (bool, int, float, str):
+        if isinstance(value, kind):
+            return kind(value)
+    return value
+
+
 def parse_extra_vars(values: list[str]) -> dict:
-    """-e KEY=VALUE (several per -e), -e JSON/YAML mapping, -e @FILE; later ones win."""
+    """-e KEY=VALUE (several per -e), -e JSON/YAML mapping, -e @FILE (vaulted too); later ones win."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.parsing.splitter import parse_kv
+
+    loader = DataLoader()
+    loader.set_vault_secrets(list(_VAULT_SECRETS))
     result: dict = {}
     for value in values:
-        if value.startswith("@"):
-            if not Path(value[1:]).expanduser().is_file():
-                raise RenderError(f"-e {value}: no such file; give the path of a YAML or JSON file of "
-                                  f"variables after the @")
-            try:
-                data = yaml.safe_load(Path(value[1:]).expanduser().read_text())
-            except (OSError, yaml.YAMLError) as error:
-                raise RenderError(f"-e {value}: cannot read it: {error}") from None
-        elif value.lstrip().startswith(("{", "[")):
-            try:
-                data = yaml.safe_load(value)
-            except yaml.YAMLError as error:
-                raise RenderError(f"-e {value!r} is not valid JSON/YAML: {error}") from None
-        else:
-            data = {}
-            for word in shlex.split(value):
-                key, sep, val = word.partition("=")
-                if not sep or not key:
+        try:
+            if value.startswith("@"):
+                path = Path(value[1:]).expanduser()
+                if not path.is_file():
+                    raise RenderError(f"-e {value}: no such file; give the path of a YAML or JSON file of "
+                                      f"variables after the @")
+                if path.read_bytes().startswith(b"$ANSIBLE_VAULT") and not _VAULT_SECRETS:
+                    raise RenderError(f"-e {value} is encrypted with Ansible Vault: give "
+                                      f"--vault-password-file FILE or --ask-vault-pass")
+                data = loader.load_from_file(str(path))
+            elif value.lstrip().startswith(("{", "[")):
+                data = loader.load(value)
+            else:
+                data = parse_kv(value)
+                if not data or any(not key or key == "_raw_params" for key in data):
                     raise RenderError(f"-e {value!r}: expected KEY=VALUE, JSON or @FILE")
-                data[key] = val
+        except AnsibleError as error:
+            raise RenderError(f"-e {value!r}: {error.message}") from None
         if data is None:
             continue
         if not isinstance(data, dict):
             raise RenderError(f"-e {value!r} must give a mapping of variables")
-        result.update(data)
+        result.update(_plain(data))
     return result

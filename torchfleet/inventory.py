@@ -146,7 +146,11 @@ def head_account(hosts: list[str], hostvars: dict, extra: dict, group: str = "cl
     first = hostvars[hosts[0]]
     user = str(extra.get("cluster_user_name") or first.get("cluster_user_name") or "torchfleet")
     workdir = str(extra.get("cluster_user_workdir") or first.get("cluster_user_workdir") or "~/torchfleet")
-    log_dir = str(extra.get("log_dir") or workdir + "/runs")
+    # As the launch takes it (launch_log_dir or log_dir, -e over the inventory), else the role's default.
+    given = module_util("_launch_request").from_variables(
+        {key: value for key, value in {**first, **extra}.items() if key in ("launch_log_dir", "log_dir")}
+    ).get("log_dir")
+    log_dir = str(given or workdir + "/runs")
     if log_dir.startswith("~/") or log_dir == "~":
         log_dir = f"~{user}" + log_dir[1:]  # the training account's home, whoever reads it
     return name, user, log_dir

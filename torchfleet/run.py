@@ -73,6 +73,7 @@ class Progress:
     failed_results: list[dict] = field(default_factory=list)  # the same, of failed tasks
     stats: dict = field(default_factory=dict)
     tail: deque = field(default_factory=lambda: deque(maxlen=15))  # Ansible's last output lines
+    width: int | None = None  # the terminal's columns; None: asked at each draw (it may be resized)
     _drawn: int = 0
     _artifacts: Path | None = None
 
@@ -117,13 +118,18 @@ class Progress:
         return True
 
     def draw(self) -> None:
+        """One line per host, redrawn in place. Each line is cut to the terminal's width: a line
+        that wrapped would take two rows, and moving up one row per host would then garble it."""
         out = self.stream
+        width = self.width or shutil.get_terminal_size((80, 24)).columns
+        names = max((len(name) for name in self.hosts), default=0)
         if self._drawn:
             out.write(f"\x1b[{self._drawn}F")
         for name, state in self.hosts.items():
             mark = "FAILED" if state.failed else "ok"
-            out.write(f"\x1b[2K{name:<24} {state.done:>3} tasks  {state.changed:>3} changed  "
-                      f"{state.failed} failed  {mark:<6} {state.task[:60]}\n")
+            line = (f"{name:<{names}} {state.done:>3} tasks {state.changed:>3} changed "
+                    f"{state.failed} failed {mark:<6} {state.task}")
+            out.write(f"\x1b[2K{line[:max(1, width - 1)]}\n")
         self._drawn = len(self.hosts)
         out.flush()
 
@@ -159,7 +165,7 @@ class CtrlC:
 def run(*, playbook: str | None = None, module: str | None = None, module_args: str = "",
         host_pattern: str = "cluster", inventories: list[str], cmdline: list[str],
         progress: Progress, keep_on_success: bool = False, keep_on_failure: bool = True,
-        ctrl_c: CtrlC | None = None) -> Outcome:
+        ctrl_c: CtrlC | None = None, passwords: dict | None = None) -> Outcome:
     import ansible_runner  # imported late: `render` and `cluster` never need it
 
     private = Path(tempfile.mkdtemp(prefix="torchfleet-run-"))
@@ -172,6 +178,8 @@ def run(*, playbook: str | None = None, module: str | None = None, module_args: 
         # Not "jsonfile": ansible-runner would point the fact cache into its artifacts.
         fact_cache_type="ansible.builtin.jsonfile",
     )
+    if passwords:  # Ansible's prompts (-K, --ask-vault-pass), answered; never written to disk
+        kwargs["passwords"] = passwords
     if playbook:
         kwargs["playbook"] = playbook
     else:

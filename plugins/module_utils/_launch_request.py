@@ -369,12 +369,8 @@ def _scheduler_problems(request: dict) -> list[str]:
         given = [f"slurm_{key}" for key, value in slurm.items() if value not in ("", None, 0, "0")]
         return [f"{', '.join(given)} given without -e scheduler=slurm: add it to launch through Slurm, "
                 f"or remove them."] if given else []
-    problems = []
-    if request["mode"] == "mpich":
-        problems.append("scheduler=slurm runs Open MPI's mpirun inside the allocation; launch_mode=mpich "
-                        "(MPICH's mpiexec) cannot run under it: use launch_mode=torchrun or rank.")
-    if str(request.get("tree_spawn")).lower() in ("true", "yes", "1"):
-        problems.append("scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn cannot apply; remove it.")
+    problems = _slurm_conflicts(request["mode"], str(request.get("tree_spawn")).lower() in ("true", "yes", "1"),
+                                "launch_mode")
     try:
         if slurm.get("time_limit"):
             check_time_limit(slurm["time_limit"])
@@ -443,6 +439,17 @@ def _mpich_problems(request: dict) -> list[str]:
 # Resolution: the request and setup's facts -> the renderer's plan
 # ---------------------------------------------------------------------------------------------
 
+def _slurm_conflicts(mode: str, tree_spawn: bool, mode_name: str) -> list[str]:
+    """What cannot run under Slurm; `mode_name`: the mode's name where the user gave it."""
+    found = []
+    if mode == "mpich":
+        found.append(f"scheduler=slurm runs Open MPI's mpirun inside the allocation; {mode_name}=mpich "
+                     f"(MPICH's mpiexec) cannot run under it: use {mode_name}=torchrun or rank.")
+    if tree_spawn:
+        found.append("scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn cannot apply; remove it.")
+    return found
+
+
 def module_refusal(request: Mapping) -> str | None:
     """What the module refuses of a request before anything changes, that its argument spec
     cannot say: what cannot run under Slurm (the role's problems() said it earlier, by the
@@ -450,13 +457,7 @@ def module_refusal(request: Mapping) -> str | None:
     req = with_defaults(request)
     if req["scheduler"] != "slurm":
         return None
-    if req["mode"] == "mpich":
-        return ("scheduler=slurm runs Open MPI's mpirun inside the allocation; mode=mpich (MPICH's "
-                "mpiexec) cannot run under it: use mode=torchrun or rank, or launch without the scheduler")
-    if req["tree_spawn"]:
-        return ("scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn (daemons starting "
-                "daemons over ssh) cannot apply; leave it unset")
-    return None
+    return " ".join(_slurm_conflicts(req["mode"], bool(req["tree_spawn"]), "mode")) or None
 
 
 def head_reaches_nodes(request: Mapping) -> bool:

@@ -140,3 +140,35 @@ def test_status_stop_and_logs(target):
         if long_run.poll() is None:
             long_run.kill()
             torchfleet(target, "stop")
+
+
+def test_the_wheel_in_a_fresh_venv_outside_the_checkout_runs_doctor_on_the_cluster(target, tmp_path):
+    # As a user installs it: the wheel built from the checkout, a new venv elsewhere, its own
+    # dependencies from the package index; the checkout is not on any path.
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
+                            str(REPO)], capture_output=True, text=True, timeout=900, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    wheel = next((tmp_path / "dist").glob("torchfleet-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    installed = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)],
+                               capture_output=True, text=True, timeout=900, check=False)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    inventory, env = target
+    env = {key: value for key, value in env.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin"
+    version = subprocess.run([str(venv / "bin" / "torchfleet"), "--version"], cwd=elsewhere, env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert version.stdout.strip().startswith("torchfleet "), version.stderr
+    doctor = subprocess.run([str(venv / "bin" / "torchfleet"), "doctor", "-i", inventory, "--json"], cwd=elsewhere,
+                            env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert doctor.returncode in (0, 1), doctor.stdout[-2000:] + doctor.stderr[-3000:]
+    report = json.loads(doctor.stdout)
+    assert report["results"] and "missing" not in doctor.stderr, doctor.stderr[-2000:]
+    # Its collection is the wheel's own copy, not the checkout's.
+    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "from torchfleet.collection import collection_root; print(collection_root())"],
+                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert where.stdout.startswith(str(venv)), where.stdout + where.stderr

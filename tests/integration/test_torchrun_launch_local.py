@@ -237,9 +237,9 @@ def test_a_live_run_refuses_a_new_launch_until_stopped(cluster):
     first = cluster.args(env_set={"TF_TEST_ACTION": "sleep"})
     proc, tree = cluster.start(first)
     wait_for_ranks(first["run_id"])
-    pids = {p["pid"] for p in alive(first["run_id"])}  # the supervisor, mpirun and the two ranks
-    assert len(pids) == 4
-    assert [p["supervisor"] for p in alive(first["run_id"])].count(True) == 1
+    pids = {p["pid"] for p in alive(first["run_id"])}  # the supervisor, its guardian, mpirun, two ranks
+    assert len(pids) == 5
+    assert [p["supervisor"] for p in alive(first["run_id"])].count(True) == 2
 
     rc, output, refused = cluster.run(cluster.args())
     assert rc != 0

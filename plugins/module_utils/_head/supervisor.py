@@ -187,6 +187,7 @@ class Run:
         self.nodes = [SimpleNamespace(**node) for node in self.plan.nodes]
         self.record = new_record(self.plan)
         self.ended = threading.Event()  # the launcher is gone: the watches stop looking
+        self.heartbeat_ports: dict = {}  # {node: the port it answers the heartbeat on}
 
     def save(self, final: bool = False, required: bool = False, **changes) -> None:
         """Write the record. Along the run a full disk skips a write (the next one says more),
@@ -276,6 +277,7 @@ class Run:
         others = [node for node in self.nodes if node.name != self.plan.head]
         with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others))) as pool:
             ports = dict(zip((node.name for node in others), pool.map(lambda n: heartbeat_port(n.address), others)))
+            self.heartbeat_ports = ports
             watched = [node for node in others if ports[node.name]]
             seen = {node.name: time.monotonic() for node in watched}
             while not self.ended.is_set() and watched:
@@ -394,10 +396,15 @@ class Run:
             # A node gone is the cause of the ranks elsewhere that failed after it: said first.
             # Asked again now: the ranks can fail faster than the heartbeat's next look.
             silent = dict(unanswered)
-            if watching:
+            if watching:  # on the port each node answered the heartbeat on, where it did
+                ports = self.heartbeat_ports
+
+                def answers(node):
+                    port = ports.get(node.name)
+                    return node_answers(node.address, port) if port else heartbeat_port(node.address) is not None
                 others = [node for node in self.nodes if node.name != plan.head and node.name not in silent]
                 with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others) or 1)) as pool:
-                    answered = list(pool.map(lambda n: heartbeat_port(n.address) is not None, others))
+                    answered = list(pool.map(answers, others))
                 silent.update((node.name, now_iso()) for node, ok in zip(others, answered) if not ok)
             if silent:
                 result["lost_nodes"] = silent

@@ -368,6 +368,24 @@ def test_progress_counts_hosts_and_keeps_failures(tmp_path, live):
         assert "torchfleet: Install\n" in text and "torchfleet: n2: FAILED: Check\n" in text
 
 
+def test_the_live_display_fits_80_columns_and_redraws_exactly_its_lines():
+    import io
+    import re
+
+    from torchfleet.run import Progress
+    stream = io.StringIO()
+    progress = Progress(stream=stream, live=True, width=80)
+    long_task = "Install the Python environment from the wheelhouse the controller sent into the cluster"
+    for host in ("gpu-node-with-a-long-name-0001.example.org", "n2"):
+        for _ in range(3):
+            progress({"event": "runner_on_ok", "event_data": {"host": host, "task": long_task, "res": {}}})
+    frames = stream.getvalue().split("\x1b[2F")
+    last = frames[-1]
+    rows = [re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", row) for row in last.split("\n") if row]
+    assert len(rows) == 2 and all(len(row) <= 79 for row in rows), rows
+    assert rows[1].startswith("n2 ") and "3 tasks" in rows[1]
+
+
 def test_command_lines_pair_options_with_their_values():
     from torchfleet.collection import module_util
     command_lines = module_util("_batch_script").command_lines
@@ -426,3 +444,27 @@ def test_version_completion_and_exit_codes_in_help(capsys):
 def test_usage_errors_name_the_fix(project, capsys, argv, said):
     rc, out, err = run_cli(capsys, *argv, "-i", "hosts.yml")
     assert rc == 2 and said in err, err
+
+
+def test_vaulted_extra_vars_and_ansibles_own_options(project, capsys):
+    (project / "pass.txt").write_text("s3cret\n")
+    (project / "vars.yml").write_text("nproc_per_node: 3\nrun_id: from-the-vault\n")
+    subprocess.run(["ansible-vault", "encrypt", "--vault-password-file", "pass.txt", "vars.yml"],
+                   cwd=project, check=True, capture_output=True)
+    assert (project / "vars.yml").read_text().startswith("$ANSIBLE_VAULT")
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "@vars.yml", "--json")
+    assert rc == 1 and "-e @vars.yml is encrypted with Ansible Vault: give --vault-password-file" in err, err
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "@vars.yml",
+                           "--vault-password-file", "pass.txt", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["world_size"] == 6  # 3 workers on each of the two nodes
+    rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "@vars.yml",
+                           "--vault-password-file", "nowhere.txt")
+    assert rc == 1 and "--vault-password-file nowhere.txt" in err, err
+    # The options ansible-playbook takes reach it as given.
+    args = cli.build_parser().parse_args(["setup", "-u", "admin", "--private-key", "~/.ssh/k", "--forks", "50",
+                                          "--vault-password-file", "pass.txt", "-K", "-e", "x=1"])
+    assert cli._playbook_args(args) == ["--user", "admin", "--private-key", "~/.ssh/k", "--forks", "50",
+                                        "--vault-password-file", "pass.txt", "--ask-become-pass", "-e", "x=1"]
+    args.become_password = "pw"
+    assert list(cli._passwords(args).values()) == ["pw"]
