@@ -377,7 +377,7 @@ def test_the_live_display_fits_80_columns_and_redraws_exactly_its_lines():
     progress = Progress(stream=stream, live=True, width=80)
     long_task = "Install the Python environment from the wheelhouse the controller sent into the cluster"
     for host in ("gpu-node-with-a-long-name-0001.example.org", "n2"):
-        for _ in range(3):
+        for _count in range(3):
             progress({"event": "runner_on_ok", "event_data": {"host": host, "task": long_task, "res": {}}})
     frames = stream.getvalue().split("\x1b[2F")
     last = frames[-1]
