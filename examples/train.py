@@ -37,8 +37,10 @@ Output (machine-readable, for tests and tooling):
 
 Checkpoints (model, optimizer, epoch, losses) are written by global rank 0 at
 the end of every epoch, atomically (temporary file + os.replace).  With
-``--resume`` every rank loads the checkpoint and training continues from the
-next epoch (if it is missing, training starts from scratch).
+``--resume``, or when the run was restarted (TORCHFLEET_RESTART_COUNT, set by
+torchfleet's max_restarts, or torchrun's TORCHELASTIC_RESTART_COUNT above 0),
+every rank loads the checkpoint and training continues from the next epoch
+(if it is missing, training starts from scratch).
 
 Weights & Biases logging is done on global rank 0 only, and only when the
 ``wandb`` package imports and WANDB_API_KEY is set (disable with --no-wandb).
@@ -168,6 +170,12 @@ def init_wandb(args, world_size):
         return None
 
 
+def restarted():
+    """Whether this is a restart of the run: torchfleet's (max_restarts) or torchrun's own."""
+    return any(int(os.environ.get(name) or 0) > 0
+               for name in ("TORCHFLEET_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"))
+
+
 def main():
     args = parse_args()
 
@@ -210,7 +218,7 @@ def main():
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=args.lr, momentum=0.9)
 
     start_epoch, losses, resumed_from = 0, [], None
-    if args.resume:
+    if args.resume or restarted():
         ckpt = load_checkpoint(args.checkpoint, rank, device)
         if ckpt is None:
             log(f"no checkpoint at {args.checkpoint}, starting from scratch")

@@ -258,6 +258,12 @@ def load_checkpoint(args, model, optimizer, rank):
     return train_state, path
 
 
+def restarted():
+    """Whether this is a restart of the run: torchfleet's (max_restarts) or torchrun's own."""
+    return any(int(os.environ.get(name) or 0) > 0
+               for name in ("TORCHFLEET_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"))
+
+
 def main():
     args = parse_args()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -308,7 +314,7 @@ def main():
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)  # after sharding: it holds the shards
 
     start_epoch, losses, resumed_from, saved_world_size = 0, [], None, None
-    if args.resume:
+    if args.resume or (restarted() and not args.no_checkpoint):
         train_state, path = load_checkpoint(args, model, optimizer, rank)
         if isinstance(train_state, str):
             fail(train_state)

@@ -193,6 +193,8 @@ def _launch(args: argparse.Namespace) -> int:
         outcome = _playbook(args, "launch", ctrl_c=ctrl_c, script=_script_path(args.script),
                             script_args=list(args.script_args), run_id=run_id, detach=True,
                             **({"scheduler": args.scheduler} if args.scheduler else {}),
+                            **{key: value for key, value in (("max_restarts", args.max_restarts),
+                                                             ("min_nodes", args.min_nodes)) if value is not None},
                             # Attached to a Slurm job: follow it from its submission, printing
                             # Slurm's reason while it waits.
                             **({"detach_when": "submitted"} if args.scheduler == "slurm" and not args.detach else {}))
@@ -468,7 +470,8 @@ def _runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([_listed(run) for run in runs], indent=1))
         return 0
-    print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED':<26} {'DURATION':>9} {'WORLD':>5}  FAILED [JOB]")
+    print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED':<26} {'DURATION':>9} {'WORLD':>5} "
+          f"{'RESTARTS':>8}  FAILED [JOB]")
     for run in runs:
         failed = (f"rank {run['failed_rank']} on {run['failed_host']}" if run.get("failed_rank") is not None
                   else run.get("failed_host") or "")
@@ -481,7 +484,7 @@ def _runs(args: argparse.Namespace) -> int:
         duration = f"{run['duration']:.1f}s" if isinstance(run.get("duration"), (int, float)) else "-"
         rc = "-" if run.get("rc") is None else str(run["rc"])
         print(f"{run['run_id']:<28} {run['state']:<10} {rc:>4} {run.get('started') or '-':<26} "
-              f"{duration:>9} {run.get('world_size') or '-':>5}  {failed}")
+              f"{duration:>9} {run.get('world_size') or '-':>5} {run.get('restarts') or 0:>8}  {failed}")
     return 0
 
 
@@ -653,6 +656,11 @@ def build_parser() -> argparse.ArgumentParser:
                            help="return with the run id once every node's ranks have started")
             p.add_argument("--all-ranks", action="store_true",
                            help="stream every rank's output, each line as [rank N host] (default: rank 0's)")
+            p.add_argument("--max-restarts", type=int, metavar="N",
+                           help="restart the run up to N times after a node is lost or a rank fails, "
+                                "on the nodes that answer; the script resumes from its checkpoint")
+            p.add_argument("--min-nodes", type=int, metavar="M",
+                           help="with --max-restarts: the fewest nodes an attempt may use (default: all)")
             p.add_argument("--scheduler", choices=["none", "slurm"],
                            help="slurm: submit the run as a Slurm batch job with sbatch on the head "
                                 "(-e slurm_partition=, slurm_account=, slurm_time_limit=); default: "

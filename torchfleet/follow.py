@@ -110,6 +110,9 @@ def end_report(record: dict, head: str) -> tuple[list[str], list[str]]:
                f"{record.get('world_size', '?')}, {known('duration')} s, {record.get('state')}, "
                f"logs in {record.get('log_dir', '?')} on {head}")
     err = []
+    for attempt in (record.get("attempts") or [])[:-1]:  # why each attempt before the last ended
+        err.append(f"torchfleet: attempt {attempt['attempt']} on {', '.join(attempt['nodes'])} ended "
+                   f"{attempt.get('ended')}: {attempt.get('cause')}; restarted")
     if record.get("state") not in ("succeeded",):
         err.append(f"torchfleet: {record.get('msg', 'the run did not succeed')}")
         if record.get("failed_log_tail"):

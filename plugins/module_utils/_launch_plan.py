@@ -111,7 +111,7 @@ import re
 import shlex
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 MODES = ("torchrun", "rank", "mpich")
@@ -203,6 +203,24 @@ class Plan:
     ssh_control_path: str | None = None  # Open MPI: ssh masters the caller opened to the nodes
     silent_node_timeout: int = 120  # Open MPI: seconds until a node off the network ends the run; 0: Open MPI's
     mpich_launcher: str | None = None  # mpich mode: which mpiexec, one of MPICH_LAUNCHERS
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    """The plan as JSON holds it (the supervisor's run.json), for plan_from_dict."""
+    data = {key.name: getattr(plan, key.name) for key in fields(plan)}
+    data["nodes"] = [vars(node).copy() for node in plan.nodes]
+    data["env_set"] = dict(plan.env_set)
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in data.items()}
+
+
+def plan_from_dict(data: Mapping) -> Plan:
+    """A plan from plan_to_dict's form: what a restart renders again, on other nodes."""
+    values = dict(data)
+    values["nodes"] = tuple(Node(**node) for node in values["nodes"])
+    values["env_set"] = MappingProxyType(dict(values.get("env_set") or {}))
+    for key in ("script_args", "env_pass", "env_secrets", "mpirun_extra_args"):
+        values[key] = tuple(values.get(key) or ())
+    return Plan(**values)
 
 
 @dataclass(frozen=True)

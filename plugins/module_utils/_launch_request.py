@@ -122,6 +122,18 @@ OPTIONS: tuple[Option, ...] = (
     Option("heartbeat_timeout", "int", "Seconds a node may not answer on the cluster network (a TCP "
            "connection to its ssh port, which its kernel answers however busy the node is) before the "
            "run is ended, naming it as the cause; 0 leaves it to silent_node_timeout.", default=12),
+    Option("max_restarts", "int", "Restart a run that failed for a reason a restart can help (a node lost "
+           "or cut off, a rank killed by a signal, a rank's non-zero exit not in final_exit_codes) up to "
+           "this many times, on the nodes that answer, each attempt with TORCHFLEET_RESTART_COUNT set; 0 "
+           "never restarts. Open MPI modes over ssh only.", default=0, role_type="raw", short="max_restarts"),
+    Option("min_nodes", "int", "The fewest nodes an attempt may use; fewer answering, the supervisor "
+           "waits restart_wait seconds for lost nodes to come back, then ends the run. 0: every node of "
+           "the run.", default=0, role_type="raw", short="min_nodes"),
+    Option("restart_wait", "int", "Seconds a restart waits for min_nodes nodes to answer.", default=300,
+           role_type="raw", short="restart_wait"),
+    Option("final_exit_codes", "list", "Rank exit codes that end the run without a restart (the script "
+           "saying its failure is its own: bad input, a diverged loss).", default=[], elements="int",
+           role_elements="raw", short="final_exit_codes"),
     Option("silent_node_timeout", "int", "Open MPI modes: seconds after which a node gone silent (off "
            "the network, powered off) ends the run, named; 0 leaves Open MPI's keepalive (480 s at "
            "best).", default=120),
@@ -399,7 +411,9 @@ def problems(request: dict) -> list[str]:
         shape = _shape_problem(request)
         if shape:
             return [shape]
-        found = _start_problems(request) + _scheduler_problems(request)
+        found = _start_problems(request) + _scheduler_problems(request) + restart_problems(
+            request.get("restart") or {}, len(request["group_hosts"]), request["mode"],
+            str(request.get("scheduler") or "none"))
     # setup.yml caches both; a node without them was never set up, or its cache expired.
     without_setup = [node["inventory_hostname"] for node in request["nodes"]
                      if "preflight_net" not in node or "python_env_torchrun" not in node]
@@ -439,6 +453,33 @@ def _mpich_problems(request: dict) -> list[str]:
 # Resolution: the request and setup's facts -> the renderer's plan
 # ---------------------------------------------------------------------------------------------
 
+def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str) -> list[str]:
+    """What is wrong with the restart options (max_restarts, min_nodes, restart_wait,
+    final_exit_codes, by those names) for a run on `nodes` nodes; each message names the
+    variable, its value and the fix."""
+    found, values = [], {}
+    for key, least in (("max_restarts", 0), ("min_nodes", 0), ("restart_wait", 0)):
+        value = restart.get(key, 0)
+        if not re.fullmatch(r"-?\d+", str(value).strip()):
+            found.append(f"{key} is '{value}': give a whole number (0 or more).")
+            continue
+        values[key] = int(str(value).strip())
+        if values[key] < least:
+            found.append(f"{key} is {values[key]}: give 0 or more.")
+    if values.get("min_nodes", 0) > nodes:
+        found.append(f"min_nodes is {values['min_nodes']}, above the run's {nodes} nodes: give at most "
+                     f"{nodes}, or 0 for every node.")
+    codes = restart.get("final_exit_codes") or []
+    if not isinstance(codes, list) or any(not str(code).strip().isdigit() or int(code) > 255 for code in codes):
+        found.append(f"final_exit_codes is {codes!r}: give a list of exit codes from 0 to 255, for example [2, 3].")
+    if values.get("max_restarts", 0) > 0 and (scheduler != "none" or mode == "mpich"):
+        found.append(f"max_restarts is {values['max_restarts']}, but restarts are made by the supervisor's "
+                     f"own mpirun, which {'scheduler=' + scheduler if scheduler != 'none' else 'mode mpich'} "
+                     f"does not use: remove max_restarts (Slurm users: sbatch --requeue), or launch with "
+                     f"mpirun over ssh.")
+    return found
+
+
 def _slurm_conflicts(mode: str, tree_spawn: bool, mode_name: str) -> list[str]:
     """What cannot run under Slurm; `mode_name`: the mode's name where the user gave it."""
     found = []
@@ -455,9 +496,11 @@ def module_refusal(request: Mapping) -> str | None:
     cannot say: what cannot run under Slurm (the role's problems() said it earlier, by the
     role's names, but the module is also called directly)."""
     req = with_defaults(request)
-    if req["scheduler"] != "slurm":
-        return None
-    return " ".join(_slurm_conflicts(req["mode"], bool(req["tree_spawn"]), "mode")) or None
+    restart = {key: req[key] for key in ("max_restarts", "min_nodes", "restart_wait", "final_exit_codes")}
+    found = restart_problems(restart, len(req["nodes"] or ()), req["mode"], req["scheduler"])
+    if req["scheduler"] == "slurm":
+        found += _slurm_conflicts(req["mode"], bool(req["tree_spawn"]), "mode")
+    return " ".join(found) or None
 
 
 def head_reaches_nodes(request: Mapping) -> bool:

@@ -9,16 +9,12 @@ import subprocess
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _batch_script
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import PlanError, render
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import module_refusal
 
 
 def slurm_job(module, plan, run_dir, paths):
     """(sbatch argv, the batch script, its path) of a run under Slurm; refuses what Slurm would refuse, or
     cannot run under it, before anything is submitted or changed."""
     p = module.params
-    refusal = module_refusal(p)
-    if refusal:
-        module.fail_json(msg=refusal, run_id=plan.run_id)
     sbatch = module.get_bin_path("sbatch")
     if not sbatch or not module.get_bin_path("scontrol"):
         module.fail_json(msg=f"scheduler=slurm, but the head {plan.head} has no sbatch and scontrol: "

@@ -5,6 +5,7 @@ in it, its supervisor, and following the run until its ranks run (detach) or it 
 from __future__ import annotations
 
 import os
+import pkgutil
 import secrets
 import select
 import shlex
@@ -35,6 +36,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
     RESERVED_ENV,
     PlanError,
     new_run_id,
+    plan_to_dict,
     render,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes import (
@@ -42,7 +44,11 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes 
     ranks_started,
     send_files,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import head_reaches_nodes, resolve
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (
+    head_reaches_nodes,
+    module_refusal,
+    resolve,
+)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_slurm import slurm_job
 
 # Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.
@@ -84,6 +90,9 @@ def _env_value(value):
 
 def build(module, run_id, run_dir, control_dir=None):
     p = module.params
+    refusal = module_refusal(p)  # before anything changes: what the argument spec cannot say
+    if refusal:
+        module.fail_json(msg=refusal, run_id=run_id)
     env_set = {name: _env_value(value) for name, value in p["env_set"].items()}
     secret_values = {name: _env_value(value) for name, value in p["env_secrets"].items()}
     for name, value in secret_values.items():
@@ -160,11 +169,23 @@ def _caller_gone() -> bool:
 
 
 def copy_head_package(directory: str) -> str:
-    """Write the head package's files into `directory` (as `_head/`, its own name); its path."""
+    """Write the head package's files into `directory` (as `_head/`, its own name), and the
+    renderer beside them (`launch_plan.py`: a restart renders the launch again); its path."""
     package = os.path.join(directory, _head.__name__.rpartition(".")[2])
     for name in _head.FILES:
         write_file(os.path.join(package, name + ".py"), _head.source(name).encode())
+    write_file(os.path.join(package, "launch_plan.py"), _renderer_source())
     return package
+
+
+def _renderer_source() -> bytes:
+    """_launch_plan.py's text: the file beside this one, or the member of the module's zip
+    under AnsiballZ (as _head.source)."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launch_plan.py"), "rb") as handle:
+            return handle.read()
+    except OSError:
+        return pkgutil.get_data(__name__.rpartition(".")[0], "_launch_plan.py")
 
 
 def prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result):
@@ -298,6 +319,9 @@ def start_run(module, control_dir):
         launch_timeout=p["launch_timeout"], stop_grace=p["stop_grace"], paths=paths,
         scheduler=p["scheduler"], sbatch=sbatch, start_timeout=p["start_timeout"],
         heartbeat_timeout=p["heartbeat_timeout"], worker_files=not plan.tee_workers,
+        max_restarts=p["max_restarts"], min_nodes=p["min_nodes"] or len(plan.nodes),
+        restart_wait=p["restart_wait"], final_exit_codes=list(p["final_exit_codes"]),
+        launch_plan=plan_to_dict(plan) if p["max_restarts"] else None,
     )
     if _caller_gone():
         # Interrupted before the run started (Ctrl-C of torchfleet launch, whose stop waits for

@@ -227,6 +227,34 @@ options:
       - Not under O(scheduler=slurm), where a job may wait in the queue. V(0) waits for ever.
     type: int
     default: 180
+  max_restarts:
+    description:
+      - Restart a run that failed for a reason a restart can help (a node lost or cut off, a rank
+        killed by a signal, a rank's non-zero exit not in O(final_exit_codes)) up to this many times.
+      - Each restart first ends everything of the attempt before on every node that answers, then
+        starts the same request on the nodes that answer (at least O(min_nodes)), with a new
+        rendezvous port and C(TORCHFLEET_RESTART_COUNT) set to the attempt's number, from which the
+        script resumes from its checkpoint. A stop, Ctrl-C or O(launch_timeout) ends the whole run.
+      - Open MPI modes over ssh only; refused with O(scheduler=slurm) and O(mode=mpich). V(0) never
+        restarts.
+    type: int
+    default: 0
+  min_nodes:
+    description:
+      - The fewest nodes an attempt may use. Fewer answering, the supervisor waits up to
+        O(restart_wait) seconds for lost nodes to come back (their stale processes are ended first),
+        then ends the run V(failed), naming the nodes missing. V(0) means every node of the run.
+    type: int
+    default: 0
+  restart_wait:
+    description: Seconds a restart waits for O(min_nodes) nodes to answer.
+    type: int
+    default: 300
+  final_exit_codes:
+    description: Rank exit codes that end the run without a restart.
+    type: list
+    elements: int
+    default: []
   stop_grace:
     description: Seconds between SIGTERM and SIGKILL when a run is stopped.
     type: int
@@ -619,6 +647,39 @@ interface_changed:
   returned: when a node's cluster interface changed since setup
   type: list
   elements: str
+restarts:
+  description: How many times the run was restarted (O(max_restarts)).
+  returned: state=started
+  type: int
+attempts:
+  description:
+    - With restarts, each attempt of the run in order, the last the one that ended it.
+  returned: when the run was restarted
+  type: list
+  elements: dict
+  contains:
+    attempt:
+      description: Its number, from 0.
+      type: int
+    started:
+      description: When it started (UTC, ISO 8601).
+      type: str
+    ended:
+      description: When it ended.
+      type: str
+    nodes:
+      description: The nodes it ran on, in rank order.
+      type: list
+      elements: str
+    world_size:
+      description: Its world size.
+      type: int
+    cause:
+      description: Why it ended (the node lost, or the rank and its exit code); empty for the last of a run that succeeded.
+      type: str
+    workers:
+      description: Its torchrun worker logs' directory on each node.
+      type: str
 lost_nodes:
   description:
     - The nodes that stopped answering on the cluster network during the run, each with the time it

@@ -110,6 +110,15 @@ runs:
     failed_log:
       description: The failing rank's own log, on RV(runs[].failed_host).
       type: str
+    restarts:
+      description: How many times the run was restarted (max_restarts of M(torchfleet.cluster.torchrun_launch)).
+      type: int
+    attempts:
+      description:
+        - With restarts, each attempt in order (attempt, started, ended, nodes, world_size, cause,
+          workers), as M(torchfleet.cluster.torchrun_launch) returns them.
+      type: list
+      elements: dict
     failed_log_tail:
       description: The last lines of that log.
       type: list

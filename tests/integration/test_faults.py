@@ -27,7 +27,7 @@ import uuid
 
 import pytest
 
-from ready_cluster import NAME, NODES, recap, run
+from ready_cluster import NAME, NODES, recap, run, training_result
 from torchfleet.devcluster import DOMAIN
 
 pytestmark = pytest.mark.cluster
@@ -340,4 +340,50 @@ def test_a_node_cut_off_is_named_by_the_heartbeat_within_15_s_and_the_run_ended(
     assert f"{NODES[2]} stopped answering at " in flat and "heartbeat_timeout, 12 s" in flat
     assert not result.get("timed_out")
     for node in NODES[:2]:
+        assert left_on(node) == [], node
+
+
+def test_a_node_cut_off_with_restarts_allowed_resumes_on_the_nodes_left_and_is_fenced_when_back(cluster):
+    # Issue 27: the supervisor names the node lost (heartbeat), ends the attempt everywhere it
+    # can, and starts the same request on node0 and node1 (min_nodes 2) with a new rendezvous
+    # port; train.py resumes from its checkpoint. node2, back on the network while the second
+    # attempt runs, has its stale ranks ended.
+    run_id = f"tf-restart-{uuid.uuid4().hex[:8]}"
+    checkpoint = f"/tmp/{run_id}"
+    launch = Background(cluster.popen_playbook(
+        "launch.yml", "-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
+        "-e", "max_restarts=1", "-e", "min_nodes=2", "-e", f"launch_timeout={LAUNCH_TIMEOUT * 4}",
+        "-e", json.dumps({"script_args": ["--use-syn", "--epochs", "14", "--sleep", "0.1", "--no-wandb",
+                                          "--out-dir", checkpoint]})))
+    state = f"{RUNS}/{run_id}/state.json"
+
+    def record():
+        return json.loads(docker("exec", NODES[0], "cat", state).stdout or "{}")
+    try:
+        wait_until(lambda: docker("exec", NODES[0], "test", "-f", f"{checkpoint}/checkpoint.pt").returncode == 0,
+                   STARTED_WITHIN, "the first checkpoint", launch)
+        assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
+        cut = time.monotonic()
+        wait_until(lambda: record().get("restarts") == 1, 120, "the restart", launch)
+        restarted = time.monotonic() - cut
+        stale = left_on(NODES[2])
+        reconnect(NODES[2], 2)
+        wait_until(lambda: not left_on(NODES[2]), 60, f"{NODES[2]}'s stale ranks ended")
+        rc, output, _since_start = launch.wait(LAUNCH_TIMEOUT * 4)
+    finally:
+        launch.kill()
+    print(f"cut off: restarted {restarted:.1f} s later; stale on {NODES[2]}: {len(stale)} process(es)")
+    assert rc == 0, output[-3000:]
+    final = record()
+    assert (final["state"], final["restarts"], final["world_size"]) == ("succeeded", 1, 2), final["msg"]
+    first, second = final["attempts"]
+    assert f"{NODES[2]} stopped answering at " in first["cause"], first
+    assert second["nodes"] == NODES[:2] and second["cause"] == ""
+    result = training_result(docker("exec", NODES[0], "cat", f"{RUNS}/{run_id}/launcher.log").stdout
+                             + output)
+    assert result["world_size"] == 2 and result["resumed_from_epoch"] >= 1, result
+    log = docker("exec", NODES[0], "cat", f"{RUNS}/{run_id}/launcher.log").stdout
+    assert f"torchfleet: attempt 1 of run {run_id} begins at " in log
+    assert stale and f"torchfleet: {NODES[2]} answers again at " in log, (stale, log[-2000:])
+    for node in NODES:
         assert left_on(node) == [], node

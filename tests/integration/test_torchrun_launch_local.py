@@ -52,6 +52,10 @@ if action == "sleep":
     time.sleep(3600)
 if action == "nap":
     time.sleep(8)
+restarts = int(os.environ.get("TORCHFLEET_RESTART_COUNT", "0"))
+print(f"ATTEMPT={restarts}", flush=True)
+if rank == 1 and action == "fail-twice" and restarts < 2:
+    sys.exit(3)
 """
 
 
@@ -476,3 +480,43 @@ def _running(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_failing_rank_is_restarted_until_it_succeeds_each_attempt_recorded(cluster):
+    # Rank 1 exits 3 in attempts 0 and 1, and succeeds in attempt 2: TORCHFLEET_RESTART_COUNT
+    # tells it which attempt it is in.
+    args = cluster.args(env_set={"TF_TEST_ACTION": "fail-twice"}, max_restarts=2)
+    rc, output, result = cluster.run(args)
+    assert rc == 0, output[-3000:]
+    assert (result["state"], result["rc"], result["restarts"]) == ("succeeded", 0, 2), result["msg"]
+    attempts = result["attempts"]
+    assert [a["attempt"] for a in attempts] == [0, 1, 2]
+    assert [a["cause"] for a in attempts] == ["rank 1 on here exited with code 3"] * 2 + [""]
+    assert all(a["started"] and a["ended"] and a["nodes"] == ["here"] and a["world_size"] == 2 for a in attempts)
+    log = Path(result["launcher_log"]).read_text()
+    assert "torchfleet: attempt 1 of run" in log and "torchfleet: attempt 2 of run" in log
+    assert "attempt 1 ended: rank 1 on here exited with code 3" in log
+    assert re.findall(r"ATTEMPT=(\d)", log).count("2") == 2  # both ranks of the last attempt
+    assert alive(args["run_id"]) == []
+
+
+def test_restarts_run_out_and_final_codes_are_never_restarted(cluster):
+    args = cluster.args(env_set={"TF_TEST_ACTION": "fail-twice"}, max_restarts=1)
+    rc, output, result = cluster.run(args)
+    assert rc != 0 and (result["state"], result["restarts"]) == ("failed", 1), result["msg"]
+    assert [a["cause"] for a in result["attempts"]] == ["rank 1 on here exited with code 3"] * 2
+    # The script says 3 is its own failure: no restart at all.
+    args = cluster.args(env_set={"TF_TEST_ACTION": "fail-twice"}, max_restarts=5, final_exit_codes=[3])
+    rc, output, result = cluster.run(args)
+    assert rc != 0 and (result["state"], result["restarts"]) == ("failed", 0), result["msg"]
+    assert result["failed_exit_code"] == 3 and len(result["attempts"]) == 1
+
+
+def test_bad_restart_options_are_refused_before_anything_starts(cluster):
+    for overrides, said in (({"max_restarts": -1}, "max_restarts is -1: give 0 or more."),
+                            ({"min_nodes": 2}, "min_nodes is 2, above the run's 1 nodes"),
+                            ({"max_restarts": 1, "scheduler": "slurm"}, "remove max_restarts")):
+        args = cluster.args(**overrides)
+        rc, output, result = cluster.run(args)
+        assert rc != 0 and said in result["msg"], result["msg"]
+        assert not (cluster.runs_dir / args["run_id"]).exists()

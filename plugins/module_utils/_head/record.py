@@ -108,6 +108,10 @@ class RunRecord:
     survivors: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
     never_started: list | None = field(default=None, metadata=_shown(RESULT, REPORTED, optional=True))
     lost_nodes: dict | None = field(default=None, metadata=_shown(RESULT, REPORTED, optional=True))  # {node: since}
+    # Restarts (max_restarts): how many, and each attempt (started, ended, nodes, world_size,
+    # cause, workers: its torchrun log directory); the last is the one running or that ended the run.
+    restarts: int = field(default=0, metadata=_shown(RESULT, LISTED, REPORTED))
+    attempts: list | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
 
     @classmethod
     def keys(cls, shown_in: str | None = None) -> tuple:
@@ -155,6 +159,11 @@ class SupervisorPlan:
     start_timeout: int = 0  # seconds to a process of the run on every node; 0: no limit
     heartbeat_timeout: int = 0  # seconds a node may not answer before the run ends; 0: not watched
     worker_files: bool = False  # the ranks' output is read from torchrun's files on each node
+    max_restarts: int = 0  # restarts after a failure a restart can help
+    min_nodes: int = 0  # the fewest nodes an attempt may use
+    restart_wait: int = 300  # seconds a restart waits for min_nodes to answer
+    final_exit_codes: list = field(default_factory=list)  # rank exit codes never restarted
+    launch_plan: dict | None = None  # the renderer's plan (launch_plan.plan_to_dict), with restarts
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:
@@ -423,13 +432,14 @@ def serve_worker_lines(directory: str, from_start: bool) -> int:
 
 class NodeReader:
     """The worker files of one other node, read there by `serve_worker_lines` over the cluster's
-    ssh; a thread puts (node index, local rank, line) on `lines`, then (node index, None, error)."""
+    ssh; a thread puts (this reader, local rank, line) on `lines`, then (this reader, None,
+    error or None). `group`: the attempt's nodes, in rank order; `index`: this node's among them."""
 
     def __init__(self, index: int, node: dict, plan: dict, source: str, directory: str,
-                 from_start: bool, lines):
+                 from_start: bool, lines, group=None):
         remote = shlex.join([plan["python"], "-S", "-c", source, "serve", directory,
                              "start" if from_start else "now"])
-        self.index, self.name, self.lines = index, node["name"], lines
+        self.index, self.name, self.lines, self.group = index, node["name"], lines, group
         self.heard, self.caught_up = time.monotonic(), False
         # As the training account (the run directory's owner), whose key and known_hosts reach
         # the nodes, also where root follows the run.
@@ -449,11 +459,11 @@ class NodeReader:
                 self.caught_up = True
                 continue
             local, _sep, line = raw.rstrip(b"\n").partition(b" ")
-            self.lines.put((self.index, int(local), line))
+            self.lines.put((self, int(local), line))
         self.caught_up = True
         said = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
         rc = self.proc.wait()
-        self.lines.put((self.index, None, (said[-1] if said else f"ssh exited {rc}") if rc else None))
+        self.lines.put((self, None, (said[-1] if said else f"ssh exited {rc}") if rc else None))
 
     def finish(self) -> None:
         """The run has ended: the node's reader sends the rest of its files, then exits."""
@@ -466,54 +476,69 @@ class NodeReader:
 class RunOutput:
     """A run's output as a follower shows it (see `shown`): launcher.log on the head, and where
     the ranks' output is not copied there (SupervisorPlan.worker_files), torchrun's worker files:
-    the head's read here, the other nodes' through a NodeReader each (`ranks` "all" only)."""
+    the head's read here, the other nodes' through a NodeReader each. A restarted run has a
+    directory of worker files per attempt (the record's attempts), each with its own nodes."""
 
     def __init__(self, run_dir: str, record: dict, ranks: str, from_start: bool):
-        self.record, self.ranks = record, ranks
+        self.record, self.ranks, self.run_dir, self.from_start = record, ranks, run_dir, from_start
         self.launcher = Tail(os.path.join(run_dir, LAUNCHER_LOG))
         if not from_start:
             try:
                 self.launcher.position = os.path.getsize(self.launcher.path)
             except OSError:
                 pass
-        self.head_files, self.readers, self.errors = None, [], []
+        self.head_files, self.readers, self.followed = [], [], set()
         self.queue = queue.Queue(maxsize=1024)  # bounded: a slow reader holds the nodes back
         try:
             with open(os.path.join(run_dir, PLAN_FILE), encoding="utf-8") as handle:
-                plan = json.load(handle)
+                self.plan = json.load(handle)
         except (OSError, ValueError):
-            plan = {}
-        if ranks == "none" or not plan.get("worker_files"):
-            return
-        directory = plan["paths"]["workers"]
-        self.nodes = [node["name"] for node in plan["nodes"]]
-        self.nproc = plan["nproc"]
-        head_index = self.nodes.index(plan["head"])
-        # {node index: its local ranks to show, None for all}: global rank = index * nproc + local.
-        if ranks == "all":
-            self.wanted = dict.fromkeys(range(len(self.nodes)))
-        elif ranks.startswith("node:"):
-            self.wanted = {self.nodes.index(ranks[5:]): None} if ranks[5:] in self.nodes else {}
-        else:
-            rank = int(ranks.partition(":")[2] or ranks)
-            self.wanted = {rank // self.nproc: {rank % self.nproc}} if rank < self.nproc * len(self.nodes) else {}
-        if head_index in self.wanted:
-            self.head_files = (head_index, WorkerFiles(directory, self.wanted[head_index], from_start))
-        others = [(index, node) for index, node in enumerate(plan["nodes"])
-                  if index in self.wanted and index != head_index]
-        if not others:
-            return
-        source_path = os.path.join(run_dir, "supervisor", "_head", "record.py")
-        with open(source_path, encoding="utf-8") as handle:
-            source = handle.read()
-        self.readers = [NodeReader(index, node, plan, source, directory, from_start, self.queue)
-                        for index, node in others]
+            self.plan = {}
+        if ranks == "none" or not self.plan.get("worker_files"):
+            self.plan = {}
+        self.source = None
+        self.update(record)
 
-    def _worker_line(self, index: int, local: int, line: bytes) -> str:
+    def update(self, record: dict) -> None:
+        """Follow the worker files of every attempt the record names that is not followed yet."""
+        self.record = record
+        if not self.plan:
+            return
+        attempts = record.get("attempts") or [
+            {"workers": self.plan["paths"]["workers"], "nodes": [node["name"] for node in self.plan["nodes"]]}]
+        for attempt in attempts:
+            if attempt.get("workers") and attempt["workers"] not in self.followed:
+                # The first look honours from_start; an attempt that begins later is read whole.
+                self._follow(attempt["workers"], list(attempt["nodes"]), self.from_start or bool(self.followed))
+                self.followed.add(attempt["workers"])
+
+    def _follow(self, directory: str, group: list, from_start: bool) -> None:
+        nproc, by_name = self.plan["nproc"], {node["name"]: node for node in self.plan["nodes"]}
+        # {index in the group: its local ranks to show, None for all}: rank = index * nproc + local.
+        if self.ranks == "all":
+            wanted = dict.fromkeys(range(len(group)))
+        elif self.ranks.startswith("node:"):
+            wanted = {group.index(self.ranks[5:]): None} if self.ranks[5:] in group else {}
+        else:
+            rank = int(self.ranks.partition(":")[2] or self.ranks)
+            wanted = {rank // nproc: {rank % nproc}} if rank < nproc * len(group) else {}
+        for index, locals_ in wanted.items():
+            if group[index] == self.plan["head"]:
+                self.head_files.append((group, index, WorkerFiles(directory, locals_, from_start)))
+                continue
+            if self.source is None:
+                with open(os.path.join(self.run_dir, "supervisor", "_head", "record.py"), encoding="utf-8") as handle:
+                    self.source = handle.read()
+            reader = NodeReader(index, by_name[group[index]], self.plan, self.source, directory, from_start,
+                                self.queue, group)
+            reader.wanted = locals_
+            self.readers.append(reader)
+
+    def _worker_line(self, group: list, index: int, local: int, line: bytes) -> str:
         text = line.decode("utf-8", "replace")
         if self.ranks == "0" or self.ranks.startswith("rank:"):
             return text
-        return f"[rank {index * self.nproc + local} {self.nodes[index]}] {text}"
+        return f"[rank {index * self.plan['nproc'] + local} {group[index]}] {text}"
 
     def caught_up(self) -> bool:
         """Whether every node's reader has sent what its files held when it started."""
@@ -524,23 +549,22 @@ class RunOutput:
         found, more = self.launcher.lines(final)
         shown_lines = [text for text in (shown(raw.decode("utf-8", "replace"), self.record, self.ranks)
                                          for raw in found) if text is not None]
-        if self.head_files is not None:
-            head_index, files = self.head_files
+        for group, index, files in self.head_files:
             lines, waiting = files.read(final)
-            shown_lines += [self._worker_line(head_index, local, line) for local, line in lines]
+            shown_lines += [self._worker_line(group, index, local, line) for local, line in lines]
             more = more or waiting
         while len(shown_lines) < 4096:
             try:
-                index, local, line = self.queue.get_nowait()
+                reader, local, line = self.queue.get_nowait()
             except queue.Empty:
                 break
             if local is None:
-                self.readers = [reader for reader in self.readers if reader.index != index]
+                self.readers = [other for other in self.readers if other is not reader]
                 if line:
-                    shown_lines.append(f"[{self.nodes[index]}] torchfleet: its worker logs could not "
+                    shown_lines.append(f"[{reader.name}] torchfleet: its worker logs could not "
                                        f"be read from the head: {line}")
-            elif self.wanted[index] is None or local in self.wanted[index]:
-                shown_lines.append(self._worker_line(index, local, line))
+            elif reader.wanted is None or local in reader.wanted:
+                shown_lines.append(self._worker_line(reader.group, reader.index, local, line))
         return shown_lines, more or not self.queue.empty()
 
     def finish(self):
@@ -614,6 +638,7 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
         if not more:
             time.sleep(POLL)
             record = read_state(run_dir) or record
+            output.update(record)
 
 
 def main(argv: list[str]) -> int:

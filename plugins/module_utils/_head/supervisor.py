@@ -14,6 +14,7 @@ library only: it runs outside Ansible.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -24,7 +25,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 
 from . import report, slurm
 from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
@@ -32,6 +33,7 @@ from .probe import SUPERVISOR_VAR, end_run, read_end
 from .record import (STATE_FILE, RunRecord, SupervisorPlan, boot_id, process_start, release_space, reserve_space,
                      write_state)
 
+RESTART_VAR = "TORCHFLEET_RESTART_COUNT"  # the attempt's number, for the script (0: the first)
 START_FIRST_LOOK = 5.0  # seconds from the launcher's start to the start watch's first look
 START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
 HEARTBEAT_EVERY = 3.0  # seconds between the heartbeat's looks at the other nodes
@@ -188,6 +190,8 @@ class Run:
         self.record = new_record(self.plan)
         self.ended = threading.Event()  # the launcher is gone: the watches stop looking
         self.heartbeat_ports: dict = {}  # {node: the port it answers the heartbeat on}
+        self.attempts: list = []  # with restarts: each attempt, as the record lists it
+        self.launcher_env: dict = {}  # a restart's environment over the supervisor's
 
     def save(self, final: bool = False, required: bool = False, **changes) -> None:
         """Write the record. Along the run a full disk skips a write (the next one says more),
@@ -235,10 +239,11 @@ class Run:
         self.nodes = order
         return {"nodes": [node.name for node in order], "slots": [node.slots for node in order]}
 
-    def start(self):
+    def start(self, append: bool = False):
         plan, paths = self.plan, self.plan.paths
-        env = launcher_env()
-        log = os.open(paths["launcher"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+        env = dict(launcher_env(), **self.launcher_env)
+        flags = os.O_APPEND if append else os.O_CREAT | os.O_EXCL  # a restart adds to the log
+        log = os.open(paths["launcher"], os.O_WRONLY | flags, 0o640)
         try:
             # A session of its own: one killpg reaches the launcher and what it started here.
             return subprocess.Popen(plan.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -294,22 +299,60 @@ class Run:
                 self.ended.wait(max(0.0, HEARTBEAT_EVERY - (time.monotonic() - began)))
 
     def supervise(self) -> RunRecord:
+        """The run, attempt after attempt (max_restarts), to its last record."""
+        plan = self.plan
+        reserve_space(self.run_dir)
+        self.save(required=True)
+        attempt, begun = 0, time.monotonic()
+        while True:
+            ended = self.attempt(attempt, begun)
+            if ended is None:  # its launcher could not start: recorded
+                return self.record
+            state, msg, result, cause = ended
+            if cause is None or attempt >= plan.max_restarts or _Stop.signum is not None:
+                break
+            self.attempts[-1].update(ended=now_iso(), cause=cause)
+            nodes = self.nodes_for_restart()
+            if isinstance(nodes, str):
+                if _Stop.signum is not None:
+                    state, result["rc"] = "stopped", result.get("rc") or 143
+                msg = f"{msg}; no restart: {nodes}"
+                break
+            attempt += 1
+            self.next_attempt(attempt, nodes, cause)
+        if self.attempts:
+            self.attempts[-1].update(ended=now_iso(), cause="" if state == "succeeded" else (cause or msg))
+            result.update(attempts=self.attempts, restarts=len(self.attempts) - 1)
+        if self.plan.control_dir:
+            close_ssh_masters(self.plan.ssh, self.plan.control_dir,
+                              [node.address for node in self.nodes if node.name != self.plan.head])
+        self.save(final=True, state=state, msg=msg, ended=now_iso(), **result)
+        return self.record
+
+    def attempt(self, attempt: int, begun: float):
+        """One attempt of the run: its launcher from start to end, and the clean-up after it.
+        (state, message, record changes, cause) where `cause` says why a failure a restart can
+        help happened (None for any other end); None where the launcher could not start."""
         plan, paths, run_id = self.plan, self.plan.paths, self.plan.run_id
         grace, timeout = plan.stop_grace, plan.launch_timeout
         slurm_job = plan.scheduler == "slurm"
-        reserve_space(self.run_dir)
-        self.save(required=True)
         try:
             if slurm_job:
                 proc = SlurmJob(self)
                 proc.submit(launcher_env())
             else:
-                proc = self.start()
+                proc = self.start(append=attempt > 0)
         except (OSError, subprocess.SubprocessError, slurm.SlurmError) as err:
             self.save(final=True, state="failed", rc=127, ended=now_iso(), duration=0.0,
                       msg=f"cannot start {plan.argv[0]}: {err}" if not slurm_job else str(err))
-            return self.record
-        started = time.monotonic()
+            return None
+        started = begun  # launch_timeout and the duration are the whole run's, every attempt in it
+        if plan.max_restarts:
+            self.attempts.append({"attempt": attempt, "started": now_iso(), "ended": None,
+                                  "nodes": [node.name for node in self.nodes],
+                                  "world_size": plan.world_size, "cause": None,
+                                  "workers": paths.get("workers") or None})
+            self.save(attempts=self.attempts, restarts=attempt)
         self.save(required=True, launcher_pid=proc.pid)
         timed_out, survivors, warnings, watched, late, stopped = False, [], [], [], [], None
         if plan.start_timeout and not slurm_job:
@@ -420,11 +463,114 @@ class Run:
             result["survivors"] = pids
             msg += (f"; processes {', '.join(map(str, pids))} of run {run_id} survived SIGKILL on "
                     f"the head; check them (uninterruptible I/O?)")
-        if plan.control_dir:
-            close_ssh_masters(plan.ssh, plan.control_dir,
-                              [node.address for node in self.nodes if node.name != plan.head])
-        self.save(final=True, state=state, msg=msg, ended=now_iso(), **result)
-        return self.record
+        return state, msg, result, restart_cause(state, result, late, survivors, plan.final_exit_codes)
+
+    def fence(self, names: list) -> None:
+        """In a thread, for an attempt: the nodes of the run it does not use (lost before), each
+        ended of whatever of the run it still runs as soon as it answers again (a node back on
+        the network with its stale ranks), which the launcher log says."""
+        pending = [SimpleNamespace(**node) for node in self.plan.launch_plan["nodes"] if node["name"] in names]
+        ended = self.ended
+        while pending and not ended.wait(HEARTBEAT_EVERY):
+            back = [node for node in pending if heartbeat_port(node.address) is not None]
+            if not back:
+                continue
+            done = end_run_on_nodes(back, self.plan.head, self.plan.ssh, self.plan.python, self.plan.run_id,
+                                    self.plan.stop_grace)
+            silent = {node["name"] for node in done["silent"]}
+            for node in back:
+                if node.name in silent:
+                    continue
+                pids = done["stopped"].get(node.name, [])
+                with open(self.plan.paths["launcher"], "a", encoding="utf-8") as log:
+                    log.write(f"torchfleet: {node.name} answers again at {now_iso()}; what it still ran of "
+                              f"run {self.plan.run_id} was ended ({len(pids)} process(es))\n")
+            pending = [node for node in pending if node not in back or node.name in silent]
+
+    def nodes_for_restart(self):
+        """The nodes of the next attempt: every node of the run that answers on the cluster
+        network (in the run's order), once min_nodes do, with whatever is left of the run on them
+        ended first (a node back with stale ranks among them). Past restart_wait, or on a stop, a
+        sentence saying why there are none."""
+        plan = self.plan
+        every = [SimpleNamespace(**node) for node in plan.launch_plan["nodes"]]
+        deadline = time.monotonic() + plan.restart_wait
+        while _Stop.signum is None:
+            with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(every))) as pool:
+                ok = list(pool.map(lambda n: n.name == plan.head or heartbeat_port(n.address) is not None, every))
+            answering = [node for node, answers in zip(every, ok) if answers]
+            if len(answering) >= plan.min_nodes:
+                end_run(plan.run_id, plan.stop_grace)
+                if plan.check_nodes and len(answering) > 1:
+                    end_run_on_nodes(answering, plan.head, plan.ssh, plan.python, plan.run_id, plan.stop_grace)
+                return [node.name for node in answering]
+            if time.monotonic() >= deadline:
+                missing = [node.name for node, answers in zip(every, ok) if not answers]
+                return (f"{len(answering)} node(s) answered, fewer than min_nodes ({plan.min_nodes}), within "
+                        f"restart_wait ({plan.restart_wait} s); missing: {', '.join(missing)}")
+            time.sleep(HEARTBEAT_EVERY)
+        return "stopped while waiting for the nodes of a restart"
+
+    def next_attempt(self, attempt: int, names: list, cause: str) -> None:
+        """Render the run's request again for attempt `attempt` on the nodes `names`: its own
+        rendezvous port (nothing of an attempt before can join it), hostfile and worker log
+        directory, and TORCHFLEET_RESTART_COUNT for the script."""
+        renderer = _renderer()
+        base = renderer.plan_from_dict(self.plan.launch_plan)
+        workers = f"{base.node_log_dir}.{attempt}" if base.node_log_dir else None
+        plan = dataclasses.replace(
+            base, nodes=tuple(node for node in base.nodes if node.name in names), port=base.port + attempt,
+            hostfile_path=f"{self.run_dir}/hostfile.{attempt}", node_log_dir=workers,
+            env_set=MappingProxyType({**base.env_set, RESTART_VAR: str(attempt)}))
+        rendered = renderer.render(plan)
+        with open(plan.hostfile_path, "w", encoding="utf-8") as handle:
+            handle.write(rendered.hostfile)
+        by_name = {node["name"]: node for node in self.plan.launch_plan["nodes"]}
+        order = [by_name[name] for name in rendered.nodes]
+        self.plan = dataclasses.replace(
+            self.plan, argv=rendered.argv, command=rendered.command, world_size=rendered.world_size,
+            nodes=order, paths={**self.plan.paths, "workers": workers or ""})
+        self.nodes = [SimpleNamespace(**node) for node in order]
+        self.launcher_env = rendered.env
+        self.ended = threading.Event()
+        self.heartbeat_ports = {}
+        left_out = [node["name"] for node in self.plan.launch_plan["nodes"] if node["name"] not in names]
+        if left_out and self.plan.check_nodes:
+            threading.Thread(target=self.fence, args=(left_out,), daemon=True).start()
+        said = (f"torchfleet: attempt {attempt} of run {self.plan.run_id} begins at {now_iso()} on "
+                f"{', '.join(rendered.nodes)} (world size {rendered.world_size}); attempt {attempt - 1} "
+                f"ended: {cause}\n")
+        with open(self.plan.paths["launcher"], "a", encoding="utf-8") as log:
+            log.write(said)
+        self.save(nodes=list(rendered.nodes), slots=[node["slots"] for node in order],
+                  world_size=rendered.world_size, command=rendered.command, restarts=attempt,
+                  msg=said.strip()[len("torchfleet: "):])
+
+
+def _renderer():
+    """The launch's renderer: the run's copy beside this package (launch_plan.py), or the
+    collection's own where the package is imported from the collection."""
+    try:
+        from . import launch_plan  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        from .. import _launch_plan as launch_plan  # pylint: disable=import-outside-toplevel
+    return launch_plan
+
+
+def restart_cause(state: str, result: dict, late, survivors, final_exit_codes) -> str | None:
+    """Why an attempt failed, where a restart can help: a node lost or cut off, a rank killed by
+    a signal or exiting non-zero (but with one of `final_exit_codes`); None for any other end
+    (success, a stop, a timeout, ranks that never started, processes that survive SIGKILL)."""
+    if state != "failed" or late or survivors:
+        return None
+    if result.get("lost_nodes"):
+        return "; ".join(f"{name} stopped answering at {since}" for name, since in result["lost_nodes"].items())
+    code = result.get("failed_exit_code")
+    if code is not None and code in final_exit_codes:
+        return None
+    if result.get("failed_rank") is not None:
+        return f"rank {result['failed_rank']} on {result.get('failed_host')} exited with code {code}"
+    return f"the launcher exited with code {result.get('rc')}"
 
 
 def start(python: str, package_dir: str, run_dir: str, env: dict) -> subprocess.Popen:

@@ -1,5 +1,7 @@
 """The launch option table and the one resolution of a request (module_utils/_launch_request.py)."""
 
+import json
+
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_request as lr
@@ -57,3 +59,46 @@ def test_the_module_refuses_what_slurm_cannot_run_and_rides_ssh_only_where_mpiru
     for change in ({"tree_spawn": True}, {"mode": "mpich"}, {"scheduler": "slurm"}, {"check_nodes": False},
                    {"nodes": NODES[:1]}):
         assert not lr.head_reaches_nodes({"nodes": NODES, **change})
+
+
+@pytest.mark.parametrize("restart, nodes, mode, scheduler, said", [
+    ({"max_restarts": "-1"}, 3, "torchrun", "none", "max_restarts is -1: give 0 or more."),
+    ({"max_restarts": "two"}, 3, "torchrun", "none", "max_restarts is 'two': give a whole number"),
+    ({"min_nodes": 4}, 3, "torchrun", "none", "min_nodes is 4, above the run's 3 nodes: give at most 3"),
+    ({"restart_wait": -5}, 3, "torchrun", "none", "restart_wait is -5: give 0 or more."),
+    ({"final_exit_codes": ["x"]}, 3, "torchrun", "none", "final_exit_codes is ['x']: give a list of exit codes"),
+    ({"max_restarts": 2}, 3, "torchrun", "slurm", "remove max_restarts (Slurm users: sbatch --requeue)"),
+    ({"max_restarts": 2}, 3, "mpich", "none", "which mode mpich does not use"),
+])
+def test_bad_restart_options_name_the_variable_value_and_fix(restart, nodes, mode, scheduler, said):
+    found = lr.restart_problems(restart, nodes, mode, scheduler)
+    assert len(found) == 1 and said in found[0], found
+
+
+def test_good_restart_options_pass():
+    assert lr.restart_problems({"max_restarts": "2", "min_nodes": "2", "restart_wait": "60",
+                                "final_exit_codes": [2, "3"]}, 3, "torchrun", "none") == []
+    assert lr.restart_problems({}, 1, "rank", "slurm") == []  # no restarts asked: nothing to refuse
+
+
+def test_which_ends_a_restart_can_help():
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._head.supervisor import restart_cause
+    lost = {"lost_nodes": {"n2": "2026-11-25T10:00:00+00:00"}, "failed_rank": 1, "failed_exit_code": 1}
+    assert restart_cause("failed", lost, [], [], []) == "n2 stopped answering at 2026-11-25T10:00:00+00:00"
+    rank = {"failed_rank": 3, "failed_host": "n1", "failed_exit_code": 137}
+    assert restart_cause("failed", rank, [], [], []) == "rank 3 on n1 exited with code 137"
+    assert restart_cause("failed", rank, [], [], [137]) is None  # a code the script calls final
+    assert restart_cause("failed", {"rc": 1}, [], [], []) == "the launcher exited with code 1"
+    for state in ("succeeded", "stopped", "timed_out"):
+        assert restart_cause(state, rank, [], [], []) is None
+    assert restart_cause("failed", rank, ["n2"], [], []) is None  # ranks never started: not a restart
+    assert restart_cause("failed", rank, [], [{"pid": 9}], []) is None  # survivors of SIGKILL
+
+
+def test_a_plan_survives_its_json_form_for_a_restart():
+    from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_plan as lp
+    plan = lp.Plan(nodes=(lp.Node("a", "10.0.0.1", 2, "eth0"), lp.Node("b", "10.0.0.2", 2, "eth0")), head="a",
+                   script="/s/train.py", run_id="tf-1", hostfile_path="/r/hostfile", script_args=("--x", "1"),
+                   env_set={"A": "1"}, env_pass=("PATH",), mpirun_extra_args=("--mca", "x", "y"))
+    again = lp.plan_from_dict(json.loads(json.dumps(lp.plan_to_dict(plan))))
+    assert again == plan and lp.render(again).argv == lp.render(plan).argv

@@ -640,7 +640,7 @@ FINISHED_RUN_KEYS = {
     "world_size", "started", "started_at", "ended", "log_dir", "launcher_log", "scheduler", "job_id",
     "supervisor_pid", "supervisor_start", "boot_id", "launcher_pid", "timed_out", "failed_rank",
     "failed_host", "failed_exit_code", "failed_log", "failed_log_tail", "msg", "warnings",
-    "stdout_tail", "rank0_tail"}
+    "stdout_tail", "rank0_tail", "restarts"}
 
 
 def test_the_head_package_lists_each_of_its_files():
