@@ -374,3 +374,33 @@ def test_one_rank_one_node_and_the_last_lines(tmp_path):
     assert lines("rank:0", tail=2) == ["L zero 3", "L zero 4"]
     assert lines("rank:3", tail=1, until_end=False) == ["L one 4"]
     assert lines("rank:9") == [] and lines("node:elsewhere") == []
+
+
+def test_a_restarted_runs_attempts_are_read_each_with_its_own_nodes(tmp_path):
+    # Attempt 0 on n0 and n1, attempt 1 (begun while the follower runs) on n0 alone: each
+    # attempt's files are labelled by its own ranks (n0's second worker is rank 1 in both).
+    fake_ssh = tmp_path / "ssh"
+    fake_ssh.write_text('#!/bin/sh\nwhile [ "$1" = -o ]; do shift 2; done\nshift; exec sh -c "$1"\n')
+    fake_ssh.chmod(0o755)
+    run_dir, workers = _worker_run(tmp_path, ("n0", "n1"), ssh=str(fake_ssh))
+    first = {"attempt": 0, "workers": str(workers), "nodes": ["n0", "n1"]}
+    rr.write_state(str(run_dir), running_record(nodes=["n0", "n1"], slots=[2, 2], attempts=[first]))
+    _worker_file(workers, 1).write_text("first attempt\n")
+    out = io.StringIO()
+    follower = threading.Thread(target=rr.follow, args=(str(run_dir), "all", True), kwargs={"out": out})
+    follower.start()
+    time.sleep(0.5)
+    second_dir = tmp_path / "w1" / "workers.1"
+    path = second_dir / "w1_def" / "attempt_0" / "1" / "stdout.log"
+    path.parent.mkdir(parents=True)
+    path.write_text("second attempt\n")
+    second = {"attempt": 1, "workers": str(second_dir), "nodes": ["n0"]}
+    rr.write_state(str(run_dir), running_record(nodes=["n0"], slots=[2], attempts=[first, second]))
+    time.sleep(0.5)
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0"], slots=[2],
+                                                attempts=[first, second], restarts=1))
+    follower.join(timeout=30)
+    lines = out.getvalue().splitlines()[:-1]
+    # n1 reads the same first directory here: its worker 1 is rank 3.
+    assert sorted(lines) == sorted(["L [rank 1 n0] first attempt", "L [rank 3 n1] first attempt",
+                                    "L [rank 1 n0] second attempt"]), lines
