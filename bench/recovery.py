@@ -1,0 +1,223 @@
+"""Recovery from a lost node: torchfleet's restarts beside torchrun's elastic agent, in one run.
+
+For each way a node can go (its container killed, paused: a hung node, or cut off its network),
+and each trial, the same training (examples/train.py, one worker per node, a checkpoint every
+epoch) is started on the local cluster's three nodes and node2 is taken away once the first
+checkpoint is written:
+
+(a) torchfleet: `torchfleet launch --detach --max-restarts 1 --min-nodes 2`; measured from the
+    event: the supervisor naming node2 lost (its record's lost_nodes), and the first step of the
+    next attempt (rank 0's "training ..." line, printed just before its first step);
+(b) torchrun's elastic agent with its defaults, one torchrun per node started over ssh (Open MPI
+    cannot keep a job alive through a lost daemon): `--nnodes 2:3 --max-restarts 2
+    --rdzv-backend c10d`, the rendezvous on node0; measured: the first step of the restarted
+    workers (rank 0's "training ..." line of restart 1).
+
+Both: the epochs done twice (the epochs rank 0 had finished at the event, less the epoch the next
+attempt resumed from), and the processes left: for (a) on any node once node2 is back (its stale
+ranks fenced) and the run stopped; for (b) what node2 still runs 5 s after it is back. Prints a table and writes bench/results/recovery.json; the headline is the ratio of (a)'s
+time to resume to (b)'s.
+
+    python bench/recovery.py -i inventory/local.yml --trials 5 [--ways kill,pause,cut]
+
+Needs the local cluster (`torchfleet cluster up`, then setup.yml), run from the checkout's root.
+"""
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+from benchlib import REPO, commit  # bench/ is the script's directory, first on sys.path
+
+RUNS = "/home/torchfleet/torchfleet/runs"
+ENV = "/opt/torchfleet/envs/torchfleet/bin"
+SCRIPT = "/home/torchfleet/torchfleet/scripts/train.py"  # where torchfleet launch puts it
+# Long enough to outlive any recovery; each run is stopped once its figures are taken.
+TRAIN = ["--use-syn", "--no-wandb", "--epochs", "200", "--sleep", "0.1"]
+LIMIT = 240  # seconds: a bound on every wait, never expected to be reached
+LEFT = r"_head\.supervisor|train\.py|torchrun|orted|mpirun"
+
+
+def docker(*args, check=False):
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
+
+
+def wait_for(condition, what, limit=LIMIT, every=0.2):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    sys.exit(f"not within {limit} s: {what}")
+
+
+class Cluster:
+    def __init__(self, inventory):
+        data = yaml.safe_load(Path(inventory).read_text())
+        hosts = data["all"]["children"]["cluster"]["hosts"]
+        self.inventory = inventory
+        self.nodes = list(hosts)
+        self.address = {name: hosts[name]["ansible_host"] for name in self.nodes}
+        self.name = self.nodes[0].split("-")[1]  # tf-NAME-node0
+        self.network = f"tf-{self.name}"
+
+    def sh(self, node, command, user="torchfleet"):
+        return docker("exec", "-u", user, node, "sh", "-c", command)
+
+    def take_away(self, way, node):
+        if way == "kill":
+            docker("kill", node, check=True)
+        elif way == "pause":
+            docker("pause", node, check=True)
+        else:
+            docker("network", "disconnect", self.network, node, check=True)
+
+    def put_back(self, node):
+        """Running, unpaused, on the cluster network under its names with eth0 (setup's
+        interface), reachable over ssh from the head."""
+        info = json.loads(docker("inspect", node).stdout)[0]
+        if info["State"]["Paused"]:
+            docker("unpause", node, check=True)
+        if not info["State"]["Running"]:
+            docker("start", node, check=True)
+        index = node.rsplit("node", 1)[1]
+        if self.network not in info["NetworkSettings"]["Networks"]:
+            docker("network", "connect", "--alias", f"node{index}", "--alias",
+                   f"node{index}.{self.name}.torchfleet.test", self.network, node, check=True)
+        if docker("exec", node, "ip", "link", "show", "eth0").returncode != 0:
+            docker("restart", "--time", "1", node, check=True)
+        wait_for(lambda: self.sh(self.nodes[0], f"ssh -o BatchMode=yes {self.address[node]} true").returncode == 0,
+                 f"{node} reachable again")
+
+    def running(self, node, pattern=LEFT):
+        """The training account's processes on `node` matching `pattern` (pgrep itself, never a
+        shell whose command line holds the pattern)."""
+        return docker("exec", node, "pgrep", "-u", "torchfleet", "-f", pattern).stdout.split()
+
+    def left(self):
+        return sum(len(self.running(node)) for node in self.nodes)
+
+    def torchfleet(self, *args):
+        return subprocess.run([sys.executable, "-m", "torchfleet", args[0], "-i", self.inventory, *args[1:]],
+                              cwd=REPO, capture_output=True, text=True, check=False)
+
+
+def epochs_done(text):
+    return len(re.findall(r"^epoch \d+/", text, re.M))
+
+
+def resumed_from(text):
+    found = re.findall(r"resumed from \S+ at epoch (\d+)", text)
+    return int(found[-1]) if found else 0
+
+
+def trial_torchfleet(cluster, way):
+    run_id = f"tf-bench-{uuid.uuid4().hex[:8]}"
+    out = f"/tmp/{run_id}"
+    head, lost = cluster.nodes[0], cluster.nodes[2]
+    started = cluster.torchfleet("launch", "examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
+                                 "--detach", "--max-restarts", "1", "--min-nodes", "2", "--", *TRAIN, "--out-dir", out)
+    if started.returncode != 0:
+        sys.exit(f"torchfleet launch failed:\n{started.stderr[-3000:]}")
+    rank0 = f"{RUNS}/{run_id}/workers/*/attempt_0/0/stdout.log"
+    wait_for(lambda: cluster.sh(head, f"test -f {out}/checkpoint.pt").returncode == 0, "the first checkpoint")
+    done = epochs_done(cluster.sh(head, f"cat {rank0}").stdout)
+    cluster.take_away(way, lost)
+    event = time.monotonic()
+
+    def record():
+        return json.loads(cluster.sh(head, f"cat {RUNS}/{run_id}/state.json").stdout or "{}")
+    wait_for(lambda: record().get("lost_nodes") or record().get("restarts"), "node2 named lost")
+    detect = time.monotonic() - event
+    again = f"{RUNS}/{run_id}/workers.1/*/attempt_0/0/stdout.log"
+    wait_for(lambda: "training " in cluster.sh(head, f"cat {again} 2>/dev/null").stdout, "the next attempt's first step")
+    resume = time.monotonic() - event
+    redone = done - resumed_from(cluster.sh(head, f"cat {again}").stdout)
+    # node2 back while the next attempt runs: what it still ran of the run is ended (fenced).
+    cluster.put_back(lost)
+    wait_for(lambda: not cluster.running(lost), "node2 fenced", 60)
+    cluster.torchfleet("stop", run_id)
+    left = cluster.left()
+    cluster.torchfleet("stop", "--all")
+    return {"detect_s": round(detect, 1), "resume_s": round(resume, 1), "epochs_redone": redone,
+            "left": left, "cause": (record().get("attempts") or [{}])[0].get("cause")}
+
+
+def trial_elastic(cluster, way):
+    """torchrun's elastic agent on every node, started over ssh (docker exec here) as a user would."""
+    tag = uuid.uuid4().hex[:8]
+    head, lost = cluster.nodes[0], cluster.nodes[2]
+    out, log = f"/tmp/elastic-{tag}", f"/tmp/elastic-{tag}.log"
+    endpoint = f"{cluster.address[head]}:29400"
+    for node in cluster.nodes:
+        command = (f"cd /tmp && exec {ENV}/torchrun --nnodes 2:3 --nproc-per-node 1 --rdzv-backend c10d "
+                   f"--rdzv-endpoint {endpoint} --rdzv-id elastic-{tag} --max-restarts 2 "
+                   f"{SCRIPT} {' '.join(TRAIN)} --out-dir {out} > {log} 2>&1")
+        docker("exec", "-d", "-u", "torchfleet", node, "sh", "-c", command, check=True)
+    wait_for(lambda: cluster.sh(head, f"test -f {out}/checkpoint.pt").returncode == 0, "the first checkpoint")
+    done = epochs_done(cluster.sh(head, f"cat {log}").stdout)
+    cluster.take_away(way, lost)
+    event = time.monotonic()
+
+    def restarted():
+        text = cluster.sh(head, f"cat {log}").stdout
+        return text.count("training ") >= 2 and text
+    text = wait_for(restarted, "the elastic agent's restarted workers' first step")
+    resume = time.monotonic() - event
+    redone = done - resumed_from(text)
+    # node2 back: nothing ends what it still runs (its agent may even rejoin); counted, then ended.
+    cluster.put_back(lost)
+    time.sleep(5)
+    stale = len(cluster.running(lost, "torchrun|train.py"))
+    for node in cluster.nodes:
+        cluster.sh(node, "pkill -KILL -f 'torchrun|train.py' || true")
+    return {"detect_s": None, "resume_s": round(resume, 1), "epochs_redone": redone, "left": stale}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-i", "--inventory", default="inventory/local.yml")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--ways", default="kill,pause,cut")
+    args = parser.parse_args()
+    cluster = Cluster(args.inventory)
+    if cluster.torchfleet("stop", "--all").returncode != 0:
+        sys.exit("torchfleet stop --all failed: is the cluster up and set up?")
+    table = {}
+    for way in args.ways.split(","):
+        for trial in range(args.trials):
+            # Side by side, alternating, so that the machine's load falls on both alike.
+            for system, run in (("torchfleet", trial_torchfleet), ("elastic", trial_elastic)):
+                result = run(cluster, way)
+                table.setdefault(way, {}).setdefault(system, []).append(result)
+                print(f"{way:<6} {system:<10} trial {trial + 1}: {result}", flush=True)
+    summary = {}
+    for way, systems in table.items():
+        row = {}
+        for system, trials in systems.items():
+            row[system] = {key: statistics.median(t[key] for t in trials) if trials[0][key] is not None else None
+                           for key in ("detect_s", "resume_s", "epochs_redone")}
+            row[system]["left"] = max(t["left"] for t in trials)
+        row["resume_ratio"] = round(row["torchfleet"]["resume_s"] / row["elastic"]["resume_s"], 2)
+        summary[way] = row
+        print(f"{way:<6} torchfleet: detect {row['torchfleet']['detect_s']} s, resume {row['torchfleet']['resume_s']} s, "
+              f"redone {row['torchfleet']['epochs_redone']} epochs, left {row['torchfleet']['left']}; elastic: resume "
+              f"{row['elastic']['resume_s']} s, redone {row['elastic']['epochs_redone']}, left {row['elastic']['left']}; "
+              f"ratio {row['resume_ratio']}")
+    results = Path(REPO / "bench" / "results" / "recovery.json")
+    results.write_text(json.dumps({"commit": commit(), "trials": args.trials, "summary": summary,
+                                   "runs": table}, indent=1) + "\n")
+    print(f"written to {results}")
+
+
+if __name__ == "__main__":
+    main()
