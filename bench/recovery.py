@@ -15,7 +15,8 @@ checkpoint is written:
 
 Both: the epochs done twice (the epochs rank 0 had finished at the event, less the epoch the next
 attempt resumed from), and the processes left: for (a) on any node once node2 is back (its stale
-ranks fenced) and the run stopped; for (b) what node2 still runs 5 s after it is back. Prints a table and writes bench/results/recovery.json; the headline is the ratio of (a)'s
+ranks fenced) and the run stopped; for (b) what node2 still runs 5 s after it is back. Prints a
+table and writes bench/results/recovery.json; the headline is the ratio of (a)'s
 time to resume to (b)'s.
 
     python bench/recovery.py -i inventory/local.yml --trials 5 [--ways kill,pause,cut]

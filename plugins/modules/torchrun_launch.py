@@ -199,6 +199,9 @@ options:
         too, and no program logs it), or on port 22 where a firewall drops port 1. The kernel
         answers however busy the training keeps the node, so a node cut off, powered off or crashed
         is told from a slow one. A node that answers on neither at the start is not watched.
+      - A hung node (its kernel still answers, nothing on it runs) is found the same way. Every 4 s
+        the supervisor has each node run C(true) over ssh, and one that ran it once and has not for
+        this many seconds is lost too.
       - A run that fails while a node does not answer names that node first, as the cause of the
         ranks elsewhere that failed after it.
       - Open MPI modes with O(check_nodes), not under O(scheduler=slurm). V(0) leaves a silent node

@@ -134,12 +134,25 @@ def module_result(output):
     raise AssertionError(f"no failed launch module result in:\n{output[-3000:]}")
 
 
+def seconds_until_named(state, since, limit=60):
+    """Seconds from `since` until the run's record (`state`, on the head) names a lost node; None
+    if not within `limit`."""
+    while time.monotonic() - since < limit:
+        if json.loads(docker("exec", NODES[0], "cat", state).stdout or "{}").get("lost_nodes"):
+            return time.monotonic() - since
+        time.sleep(0.3)
+    return None
+
+
 def restore(cluster):
     """Every node running, on the cluster network under its names, with the interface setup cached
     (eth0), reachable, and no run left on any."""
     changed = []
     for index, node in enumerate(NODES):
         info = json.loads(docker("inspect", node).stdout)[0]
+        if info["State"]["Paused"]:
+            docker("unpause", node)
+            changed.append(f"unpaused {node}")
         if not info["State"]["Running"]:
             docker("start", node)
             changed.append(f"started {node}")
@@ -320,12 +333,7 @@ def test_a_node_cut_off_is_named_by_the_heartbeat_within_15_s_and_the_run_ended(
     try:
         assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
         cut = time.monotonic()
-        named = None
-        while named is None and time.monotonic() - cut < 60:
-            record = json.loads(docker("exec", NODES[0], "cat", state).stdout or "{}")
-            if record.get("lost_nodes"):
-                named = time.monotonic() - cut
-            time.sleep(0.3)
+        named = seconds_until_named(state, cut)
         rc, output, _since_start = launch.wait(90)
         ended = time.monotonic() - cut
     finally:
@@ -386,4 +394,26 @@ def test_a_node_cut_off_with_restarts_allowed_resumes_on_the_nodes_left_and_is_f
     assert f"torchfleet: attempt 1 of run {run_id} begins at " in log
     assert stale and f"torchfleet: {NODES[2]} answers again at " in log, (stale, log[-2000:])
     for node in NODES:
+        assert left_on(node) == [], node
+
+
+def test_a_hung_node_is_named_and_the_run_ended(cluster):
+    # A node whose processes are frozen (docker pause): its kernel still answers the knock, but it
+    # runs no command any more; the supervisor's `ssh NODE true` finds it.
+    launch, run_id = start_long_run(cluster, "-e", f"launch_timeout={LAUNCH_TIMEOUT * 3}")
+    state = f"{RUNS}/{run_id}/state.json"
+    try:
+        assert docker("pause", NODES[2]).returncode == 0
+        named = seconds_until_named(state, time.monotonic())
+        rc, output, _since_start = launch.wait(90)
+    finally:
+        launch.kill()
+        restore(cluster)
+    print(f"hung: named {named} s later")
+    assert named is not None and named <= 30, named
+    assert rc != 0
+    result = module_result(output)
+    assert result["failed_host"] == NODES[2] and NODES[2] in result["lost_nodes"], result["msg"]
+    assert "crashed or hung" in " ".join(output.split())
+    for node in NODES[:2]:
         assert left_on(node) == [], node

@@ -37,6 +37,7 @@ RESTART_VAR = "TORCHFLEET_RESTART_COUNT"  # the attempt's number, for the script
 START_FIRST_LOOK = 5.0  # seconds from the launcher's start to the start watch's first look
 START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
 HEARTBEAT_EVERY = 3.0  # seconds between the heartbeat's looks at the other nodes
+SSH_EVERY = 4.0  # seconds between the hung-node watch's `ssh NODE true` rounds
 # Where the heartbeat knocks: port 1, closed everywhere, so the node's kernel refuses it and no
 # program sees it (no log line every 3 s); else, where a firewall drops it, the ssh port.
 HEARTBEAT_PORTS = (1, 22)
@@ -298,6 +299,33 @@ class Run:
                         lost.setdefault(node.name, since)
                 self.ended.wait(max(0.0, HEARTBEAT_EVERY - (time.monotonic() - began)))
 
+    def watch_hung(self, seconds: int, lost: dict) -> None:
+        """In a thread, for the whole run: a node whose kernel answers the knock but where nothing
+        runs any more (hung, frozen) is found by a command it must run: every SSH_EVERY s, `ssh
+        NODE true` (over the launch's ssh master where there is one). A node that ran it once and
+        has not for `seconds` goes into `lost`, which ends the run, naming it."""
+        plan = self.plan
+        others = [node for node in self.nodes if node.name != plan.head]
+        sharing = ["-o", f"ControlPath={plan.control_dir}/%C"] if plan.control_dir else []
+
+        def runs_true(node) -> bool:
+            try:
+                return subprocess.run([plan.ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", *sharing,
+                                       node.address, "true"], capture_output=True, timeout=seconds,
+                                      check=False).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                return False
+        seen: dict = {}
+        with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others))) as pool:
+            while not self.ended.is_set():
+                began = time.monotonic()
+                for node, ok in zip(others, pool.map(runs_true, others)):
+                    if ok:
+                        seen[node.name] = began
+                    elif node.name in seen and time.monotonic() - seen[node.name] >= seconds:
+                        lost.setdefault(node.name, now_iso(time.time() - (time.monotonic() - seen[node.name])))
+                self.ended.wait(max(0.0, SSH_EVERY - (time.monotonic() - began)))
+
     def supervise(self) -> RunRecord:
         """The run, attempt after attempt (max_restarts), to its last record."""
         plan = self.plan
@@ -363,6 +391,8 @@ class Run:
         if watching:
             threading.Thread(target=self.watch_nodes, args=(plan.heartbeat_timeout, lost, unanswered),
                              daemon=True).start()
+            if plan.ssh:
+                threading.Thread(target=self.watch_hung, args=(plan.heartbeat_timeout, lost), daemon=True).start()
         while True:
             try:
                 proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
@@ -423,8 +453,9 @@ class Run:
             state = "failed"
             result.update(lost_nodes=gone, failed_host=next(iter(gone)))
             named = "; ".join(f"{name} stopped answering at {since}" for name, since in gone.items())
-            msg = (f"{named} (no answer on the cluster network for heartbeat_timeout, {plan.heartbeat_timeout} s: "
-                   f"cut off, powered off or crashed); run {run_id} was ended; logs under {paths['run']}{left}")
+            msg = (f"{named} (no answer on the cluster network, or no command run there, for heartbeat_timeout, "
+                   f"{plan.heartbeat_timeout} s: cut off, powered off, crashed or hung); run {run_id} was ended; "
+                   f"logs under {paths['run']}{left}")
         elif stopped:
             state = "stopped"
             msg = (f"run {run_id} was stopped ({signal.Signals(stopped).name} to its "
