@@ -51,13 +51,17 @@ def docker(*args, check=False):
     return subprocess.run(["docker", *args], capture_output=True, text=True, check=check)
 
 
-def wait_for(condition, what, limit=LIMIT, every=0.2):
+def wait_for(condition, what, limit=LIMIT, every=0.2, required=True):
+    """The condition's first true value; past `limit`, the benchmark ends, or (not `required`)
+    None: a recovery that does not come is a result too."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(every)
+    if not required:
+        return None
     sys.exit(f"not within {limit} s: {what}")
 
 
@@ -140,7 +144,14 @@ def trial_torchfleet(cluster, way):
     wait_for(lambda: record().get("lost_nodes") or record().get("restarts"), "node2 named lost")
     detect = time.monotonic() - event
     again = f"{RUNS}/{run_id}/workers.1/*/attempt_0/0/stdout.log"
-    wait_for(lambda: "training " in cluster.sh(head, f"cat {again} 2>/dev/null").stdout, "the next attempt's first step")
+    began = wait_for(lambda: "training " in cluster.sh(head, f"cat {again} 2>/dev/null").stdout,
+                     "the next attempt's first step", required=False)
+    if not began:  # no next attempt within LIMIT: said, and the run stopped
+        cluster.torchfleet("stop", run_id)
+        cluster.put_back(lost)
+        cluster.torchfleet("stop", "--all")
+        return {"detect_s": round(detect, 1), "resume_s": None, "epochs_redone": None, "left": cluster.left(),
+                "cause": (record().get("attempts") or [{}])[0].get("cause")}
     resume = time.monotonic() - event
     redone = done - resumed_from(cluster.sh(head, f"cat {again}").stdout)
     # node2 back while the next attempt runs: what it still ran of the run is ended (fenced).
@@ -172,16 +183,17 @@ def trial_elastic(cluster, way):
     def restarted():
         text = cluster.sh(head, f"cat {log}").stdout
         return text.count("training ") >= 2 and text
-    text = wait_for(restarted, "the elastic agent's restarted workers' first step")
-    resume = time.monotonic() - event
-    redone = done - resumed_from(text)
+    text = wait_for(restarted, "the elastic agent's restarted workers' first step", required=False)
+    resume = time.monotonic() - event if text else None  # no restart within LIMIT
+    redone = done - resumed_from(text) if text else None
     # node2 back: nothing ends what it still runs (its agent may even rejoin); counted, then ended.
     cluster.put_back(lost)
     time.sleep(5)
     stale = len(cluster.running(lost, "torchrun|train.py"))
     for node in cluster.nodes:
         cluster.sh(node, "pkill -KILL -f 'torchrun|train.py' || true")
-    return {"detect_s": None, "resume_s": round(resume, 1), "epochs_redone": redone, "left": stale}
+    return {"detect_s": None, "resume_s": round(resume, 1) if resume else None, "epochs_redone": redone,
+            "left": stale}
 
 
 def main():
@@ -205,10 +217,14 @@ def main():
     for way, systems in table.items():
         row = {}
         for system, trials in systems.items():
-            row[system] = {key: statistics.median(t[key] for t in trials) if trials[0][key] is not None else None
+            # A figure some trials lack (no restart within LIMIT) has no median: None, and the
+            # trials say which.
+            row[system] = {key: statistics.median(t[key] for t in trials)
+                           if all(t[key] is not None for t in trials) else None
                            for key in ("detect_s", "resume_s", "epochs_redone")}
             row[system]["left"] = max(t["left"] for t in trials)
-        row["resume_ratio"] = round(row["torchfleet"]["resume_s"] / row["elastic"]["resume_s"], 2)
+        mine, theirs = row["torchfleet"]["resume_s"], row["elastic"]["resume_s"]
+        row["resume_ratio"] = round(mine / theirs, 2) if mine and theirs else None
         summary[way] = row
         print(f"{way:<6} torchfleet: detect {row['torchfleet']['detect_s']} s, resume {row['torchfleet']['resume_s']} s, "
               f"redone {row['torchfleet']['epochs_redone']} epochs, left {row['torchfleet']['left']}; elastic: resume "

@@ -299,27 +299,29 @@ class Run:
                         lost.setdefault(node.name, since)
                 self.ended.wait(max(0.0, HEARTBEAT_EVERY - (time.monotonic() - began)))
 
+    def runs_true(self, node, timeout: float) -> bool:
+        """Whether `node` runs `true` over the cluster's ssh within `timeout` seconds (over the
+        launch's ssh master where there is one): alive, not only its kernel."""
+        plan = self.plan
+        sharing = ["-o", f"ControlPath={plan.control_dir}/%C"] if plan.control_dir else []
+        try:
+            return subprocess.run([plan.ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", *sharing,
+                                   node.address, "true"], capture_output=True, timeout=timeout,
+                                  check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
     def watch_hung(self, seconds: int, lost: dict) -> None:
         """In a thread, for the whole run: a node whose kernel answers the knock but where nothing
         runs any more (hung, frozen) is found by a command it must run: every SSH_EVERY s, `ssh
         NODE true` (over the launch's ssh master where there is one). A node that ran it once and
         has not for `seconds` goes into `lost`, which ends the run, naming it."""
-        plan = self.plan
-        others = [node for node in self.nodes if node.name != plan.head]
-        sharing = ["-o", f"ControlPath={plan.control_dir}/%C"] if plan.control_dir else []
-
-        def runs_true(node) -> bool:
-            try:
-                return subprocess.run([plan.ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", *sharing,
-                                       node.address, "true"], capture_output=True, timeout=seconds,
-                                      check=False).returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                return False
+        others = [node for node in self.nodes if node.name != self.plan.head]
         seen: dict = {}
         with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others))) as pool:
             while not self.ended.is_set():
                 began = time.monotonic()
-                for node, ok in zip(others, pool.map(runs_true, others)):
+                for node, ok in zip(others, pool.map(lambda n: self.runs_true(n, seconds), others)):
                     if ok:
                         seen[node.name] = began
                     elif node.name in seen and time.monotonic() - seen[node.name] >= seconds:
@@ -503,7 +505,7 @@ class Run:
         pending = [SimpleNamespace(**node) for node in self.plan.launch_plan["nodes"] if node["name"] in names]
         ended = self.ended
         while pending and not ended.wait(HEARTBEAT_EVERY):
-            back = [node for node in pending if heartbeat_port(node.address) is not None]
+            back = [node for node in pending if self.runs_true(node, 10)]
             if not back:
                 continue
             done = end_run_on_nodes(back, self.plan.head, self.plan.ssh, self.plan.python, self.plan.run_id,
@@ -519,16 +521,17 @@ class Run:
             pending = [node for node in pending if node not in back or node.name in silent]
 
     def nodes_for_restart(self):
-        """The nodes of the next attempt: every node of the run that answers on the cluster
-        network (in the run's order), once min_nodes do, with whatever is left of the run on them
+        """The nodes of the next attempt: every node of the run that runs a command over ssh
+        (in the run's order), once min_nodes do, with whatever is left of the run on them
         ended first (a node back with stale ranks among them). Past restart_wait, or on a stop, a
         sentence saying why there are none."""
         plan = self.plan
         every = [SimpleNamespace(**node) for node in plan.launch_plan["nodes"]]
         deadline = time.monotonic() + plan.restart_wait
         while _Stop.signum is None:
+            # Alive, not only answering the knock: a hung node's kernel answers it too.
             with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(every))) as pool:
-                ok = list(pool.map(lambda n: n.name == plan.head or heartbeat_port(n.address) is not None, every))
+                ok = list(pool.map(lambda n: n.name == plan.head or self.runs_true(n, 10), every))
             answering = [node for node, answers in zip(every, ok) if answers]
             if len(answering) >= plan.min_nodes:
                 end_run(plan.run_id, plan.stop_grace)
