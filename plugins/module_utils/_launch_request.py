@@ -580,10 +580,12 @@ def with_defaults(request: Mapping) -> dict:
 
 
 def resolve(request: Mapping, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secrets=(),
-            env_set=None, control_path: str | None = None) -> Plan:
+            env_set=None, control_path: str | None = None, supervised: bool = False) -> Plan:
     """The renderer's plan for `request` (module option names; left out: the table's defaults) on
     `nodes` (Node, or the module's node dicts). The environment comes resolved by the caller, who
-    alone sees it: names to pass (`env_pass`), secret names, and values to set."""
+    alone sees it: names to pass (`env_pass`), secret names, and values to set. `supervised`: the
+    launch module's run, whose follower reads the workers' files where it can; a command
+    rendered for a person to run keeps torchrun's --tee (the output on the terminal)."""
     req = with_defaults(request)
     ranks, workers = run_log_dirs(run_dir, req["mode"])
     return Plan(
@@ -598,7 +600,7 @@ def resolve(request: Mapping, nodes, *, run_id: str, run_dir: str, env_pass=(), 
         mpirun_extra_args=tuple(req["mpirun_extra_args"]),
         allow_run_as_root=req["allow_run_as_root"], tree_spawn=req["tree_spawn"],
         ssh_control_path=control_path, silent_node_timeout=req["silent_node_timeout"],
-        mpich_launcher=req["mpich_launcher"], tee_workers=not reads_worker_files(req),
+        mpich_launcher=req["mpich_launcher"], tee_workers=not (supervised and reads_worker_files(req)),
     )
 
 

@@ -102,7 +102,7 @@ def build(module, run_id, run_dir, control_dir=None):
     env_pass, missing = resolve_env_pass(p["env_pass"], os.environ, taken)
     plan = resolve(p, p["nodes"], run_id=run_id, run_dir=run_dir, env_pass=env_pass,
                    env_secrets=secret_values, env_set=env_set,
-                   control_path=f"{control_dir}/%C" if control_dir else None)
+                   control_path=f"{control_dir}/%C" if control_dir else None, supervised=True)
     paths = {"run": run_dir, "launcher": os.path.join(run_dir, "launcher.log"),
              "ranks": plan.log_dir or "", "workers": plan.node_log_dir or ""}
     try:
