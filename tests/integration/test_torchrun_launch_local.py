@@ -184,6 +184,8 @@ def test_success_runs_every_rank_and_keeps_their_logs(cluster):
     rc, output, result = cluster.run(args)
     assert rc == 0, output
     assert result["changed"] is True and result["rc"] == 0 and result["timed_out"] is False
+    # Nothing outlived the launcher: the supervisor's guardian is its own, never a leftover.
+    assert "outlived" not in output, output
     assert result["world_size"] == 2 and result["nodes"] == ["here"]
     run_dir = cluster.runs_dir / args["run_id"]
     assert result["log_dir"] == str(run_dir)

@@ -218,9 +218,12 @@ def stop_processes(procs, grace: float) -> list[dict]:
     return alive
 
 
-def end_run(run_id: str, grace: float) -> tuple[list[dict], list[dict]]:
-    """End what is left of one run on this node: (what was found and stopped, what survived)."""
-    procs = find_run_processes({run_id})
+def end_run(run_id: str, grace: float, spare_guardian: bool = False) -> tuple[list[dict], list[dict]]:
+    """End what is left of one run on this node: (what was found and stopped, what survived).
+    `spare_guardian`: the supervisor's own call; its guardian (the one other process with the
+    supervisor's mark) must outlive it, or a supervisor killed later would leave its run alone."""
+    procs = [proc for proc in find_run_processes({run_id})
+             if not (spare_guardian and proc["supervisor"])]
     return procs, stop_processes(procs, grace) if procs else []
 
 

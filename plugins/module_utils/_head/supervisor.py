@@ -86,7 +86,7 @@ def stop_launcher(proc, run_id: str, grace: int) -> list[dict]:
         except OSError:
             pass
         proc.wait()
-    return end_run(run_id, grace)[1]
+    return end_run(run_id, grace, spare_guardian=True)[1]
 
 
 def launcher_env() -> dict:
@@ -413,14 +413,14 @@ class Run:
                     unsure = proc.cancel(grace)
                     if unsure:
                         warnings.append(unsure)
-                    survivors = end_run(run_id, grace)[1]
+                    survivors = end_run(run_id, grace, spare_guardian=True)[1]
                 else:
                     survivors = stop_launcher(proc, run_id, grace)
                 break
         self.ended.set()
         if not (timed_out or late or gone or stopped):
             # The launcher is gone; nothing of the run should be left on the head.
-            leftovers, survivors = end_run(run_id, grace)
+            leftovers, survivors = end_run(run_id, grace, spare_guardian=True)
             if leftovers:
                 warnings.append(f"{len(leftovers)} process(es) of run {run_id} outlived the "
                                 f"launcher on the head and were stopped")
@@ -534,7 +534,7 @@ class Run:
                 ok = list(pool.map(lambda n: n.name == plan.head or self.runs_true(n, 10), every))
             answering = [node for node, answers in zip(every, ok) if answers]
             if len(answering) >= plan.min_nodes:
-                end_run(plan.run_id, plan.stop_grace)
+                end_run(plan.run_id, plan.stop_grace, spare_guardian=True)
                 if plan.check_nodes and len(answering) > 1:
                     end_run_on_nodes(answering, plan.head, plan.ssh, plan.python, plan.run_id, plan.stop_grace)
                 return [node.name for node in answering]
