@@ -181,23 +181,35 @@ def _new_run_id() -> str:
 
 def _launch(args: argparse.Namespace) -> int:
     from torchfleet.extra_vars import parse_extra_vars
-    from torchfleet.run import CtrlC
 
     if not Path(args.script).is_file() and not _shared(args):
         raise UsageError(f"script {args.script} not found (give the training script's path)")
     # The run id is chosen here, so that a Ctrl-C at any moment knows which run to stop.
     run_id = str(parse_extra_vars(args.extra_vars).get("run_id") or _new_run_id())
     _check_run_id(run_id)
+    return _start(args, run_id, script=_script_path(args.script), script_args=list(args.script_args),
+                  **({"scheduler": args.scheduler} if args.scheduler else {}),
+                  # Attached to a Slurm job: follow it from its submission, printing Slurm's
+                  # reason while it waits.
+                  **({"detach_when": "submitted"} if args.scheduler == "slurm" and not args.detach else {}))
+
+
+def _restart(args: argparse.Namespace) -> int:
+    _check_run_id(args.run_id)
+    return _start(args, args.run_id, launch_action="restart")
+
+
+def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
+    """Run launch.yml for a run that starts (a launch, or a restart of a run that ended),
+    detached on the head, then follow it here to its end unless --detach."""
+    from torchfleet.run import CtrlC
+
     ctrl_c = CtrlC()
     try:
-        outcome = _playbook(args, "launch", ctrl_c=ctrl_c, script=_script_path(args.script),
-                            script_args=list(args.script_args), run_id=run_id, detach=True,
-                            **({"scheduler": args.scheduler} if args.scheduler else {}),
+        outcome = _playbook(args, "launch", ctrl_c=ctrl_c, run_id=run_id, detach=True,
                             **{key: value for key, value in (("max_restarts", args.max_restarts),
                                                              ("min_nodes", args.min_nodes)) if value is not None},
-                            # Attached to a Slurm job: follow it from its submission, printing
-                            # Slurm's reason while it waits.
-                            **({"detach_when": "submitted"} if args.scheduler == "slurm" and not args.detach else {}))
+                            **launch_vars)
         if ctrl_c.heard:  # the playbook was ended; the head refuses to start what it had not
             raise KeyboardInterrupt
     except KeyboardInterrupt:
@@ -673,6 +685,21 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--walltime", help="pbs/slurm: time limit, HH:MM:SS")
             p.add_argument("--queue", "--partition", dest="queue", help="pbs queue / slurm partition")
             p.add_argument("--account", help="pbs/slurm: account to charge")
+    restart = sub.add_parser("restart", parents=[common], epilog=RUN_EXITS,
+                             help="start a run that failed, was lost or stopped again, from its own "
+                                  "request, as its next attempt, and follow it to its end",
+                             description="The run's script resumes from its checkpoint "
+                                         "(TORCHFLEET_RESTART_COUNT tells it the attempt). Its secrets "
+                                         "are never stored: give them again (-e env_secrets=...).")
+    restart.add_argument("run_id", metavar="RUN_ID", help="the run (torchfleet runs lists them)")
+    restart.add_argument("--detach", action="store_true",
+                         help="return once every node's ranks have started")
+    restart.add_argument("--all-ranks", action="store_true", help="stream every rank's output")
+    restart.add_argument("--max-restarts", type=int, metavar="N",
+                         help="from now on, restart it up to N times by itself (default: as launched)")
+    restart.add_argument("--min-nodes", type=int, metavar="M",
+                         help="the fewest nodes the attempt may use (default: as launched)")
+    restart.set_defaults(func=_restart)
     stop = sub.add_parser("stop", parents=[common], help="stop a run on every node (RUN_ID, or --all)",
                           epilog="exit: 0 stopped (or nothing alive), 2 a bare stop with several runs alive "
                                  "(none stopped) or bad usage, else Ansible's code")

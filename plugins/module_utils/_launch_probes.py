@@ -141,6 +141,8 @@ def ranks_started(module, plan, record, control_dir) -> bool:
     """Whether a process of the run (torchrun, or a rank), not only mpirun and the supervisor,
     runs on every node it can see (only the head where mpich nodes take no ssh)."""
     head = next(node for node in plan.nodes if node.name == plan.head)
-    nodes = plan.nodes if module.params["check_nodes"] else [head]
+    # A restarted run's attempt may use fewer nodes than it had: those its record names.
+    nodes = [node for node in plan.nodes if node.name in (record.nodes or [node.name])]
+    nodes = nodes if module.params["check_nodes"] else [head]
     return not nodes_without_ranks(nodes, plan.head, module.get_bin_path("ssh"), plan.python, plan.run_id,
                                    {record.supervisor_pid, record.launcher_pid}, control_dir=control_dir)

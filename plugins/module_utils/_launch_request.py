@@ -59,13 +59,15 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     # The module's own inputs, from the role's resolution of the inventory and setup's facts.
-    Option("state", "str", "started launches a run and waits for it; stopped stops runs on this node.",
-           default="started", choices=("started", "stopped"), role=None),
+    Option("state", "str", "started launches a run and waits for it; stopped stops runs on this node; "
+           "restarted starts a failed, lost, stopped or timed-out run (run_id) again from its own request, "
+           "as its next attempt, and waits for it.",
+           default="started", choices=("started", "stopped", "restarted"), role=None),
     Option("nodes", "list", "The nodes of the run (name, address, slots, interface).", elements="dict",
            role=None),
     Option("head", "str", "The node that runs the launcher and hosts the rendezvous.", role=None),
-    Option("action", "str", "Start a run, or stop the runs on every node.", module=False,
-           default="start", choices=("start", "stop")),
+    Option("action", "str", "Start a run, stop the runs on every node, or restart a run that ended "
+           "(run_id) from its own request.", module=False, default="start", choices=("start", "stop", "restart")),
     Option("script", "path", "The training script (on the controller; on the nodes with shared_storage).",
            role_type="str", role_default="", short="script"),
     Option("script_args", "list", "Arguments passed to every rank exactly as given.", default=[],
@@ -407,6 +409,9 @@ def problems(request: dict) -> list[str]:
         return [f"-e action={given}: Ansible reserves the name action; use -e launch_action={given}"
                 + (" (or: torchfleet stop)." if given == "stop" else ".")]
     found = []
+    if request["action"] == "restart" and not str(request.get("run_id") or "").strip():
+        return ["launch_action=restart starts a run that ended again: name it with -e run_id=RUN_ID "
+                "(torchfleet runs lists the runs)."]
     if request["action"] == "start":
         shape = _shape_problem(request)
         if shape:

@@ -214,9 +214,11 @@ def read_record(run_dir):
     return RunRecord.from_dict(found) if found is not None else None
 
 
-def start_supervisor(module, run_dir, package, env, result):
+def start_supervisor(module, run_dir, package, env, result, restarted=False):
     """The supervisor, in a session of its own: no signal meant for the module or its caller
-    reaches it, and it outlives them. Returns it once it has started the launcher (or ended)."""
+    reaches it, and it outlives them. Returns it once it has started the launcher (or ended);
+    a run `restarted` by hand, once it has taken the run's record (its wait for the nodes may
+    be long, and the module's signals must reach it meanwhile)."""
     try:
         proc = supervisor.start(sys.executable, package, run_dir,
                                 dict(env, **{SUPERVISOR_VAR: result["run_id"]}))
@@ -225,7 +227,8 @@ def start_supervisor(module, run_dir, package, env, result):
     module.supervised = True
     while True:
         record = read_record(run_dir)
-        if record and (record.launcher_pid or record.job_id or record.state != "running"):
+        if record and record.supervisor_pid == proc.pid and (
+                restarted or record.launcher_pid or record.job_id or record.state != "running"):
             # Recorded: a launch after this one finds the run alive and says so.
             _launch_lock.release(module.launch_lock)
             return proc
@@ -321,7 +324,7 @@ def start_run(module, control_dir):
         heartbeat_timeout=p["heartbeat_timeout"], worker_files=not plan.tee_workers,
         max_restarts=p["max_restarts"], min_nodes=p["min_nodes"] or len(plan.nodes),
         restart_wait=p["restart_wait"], final_exit_codes=list(p["final_exit_codes"]),
-        launch_plan=plan_to_dict(plan) if p["max_restarts"] else None,
+        launch_plan=plan_to_dict(plan),  # what a restart renders again
     )
     if _caller_gone():
         # Interrupted before the run started (Ctrl-C of torchfleet launch, whose stop waits for

@@ -36,8 +36,16 @@ options:
   state:
     description:
       - V(started) launches a run and waits for it; V(stopped) stops runs on this node.
+      - V(restarted) starts a run of O(log_dir) that failed, was lost, stopped or timed out
+        (O(run_id)) again from its own request, as its next attempt, and waits for it (or
+        detaches, O(detach)). The supervisor takes the nodes of the run that answer (O(min_nodes)
+        of them, else the run's own), ends what is left of the run on them, and starts the run
+        with a new rendezvous port and E(TORCHFLEET_RESTART_COUNT) set; the script resumes from its
+        checkpoint. The run's secrets are never stored; give them again (O(env_secrets)).
+        O(max_restarts) and O(min_nodes) replace the run's own when not 0. Not for Slurm or
+        MPICH runs.
     type: str
-    choices: [started, stopped]
+    choices: [started, stopped, restarted]
     default: started
   nodes:
     description:
@@ -80,6 +88,7 @@ options:
       - With O(state=started), the id of this run, 1 to 64 characters from letters, digits, V(_),
         V(.) and V(-). When omitted one is made, like V(tf-20261121-101502-ab12cd).
       - With O(state=stopped), stop only this run; when omitted, every run on the node.
+      - With O(state=restarted), the run to start again (required).
     type: str
   mode:
     description:
@@ -451,7 +460,7 @@ EXAMPLES = r"""
 RETURN = r"""
 run_id:
   description: The run's id (E(TORCHFLEET_RUN_ID) of all its processes).
-  returned: state=started
+  returned: state=started or state=restarted
   type: str
   sample: tf-20261121-101502-ab12cd
 argv:
@@ -651,8 +660,12 @@ interface_changed:
   type: list
   elements: str
 restarts:
-  description: How many times the run was restarted (O(max_restarts)).
-  returned: state=started
+  description: How many times the run was restarted (O(max_restarts), or by hand with O(state=restarted)).
+  returned: state=started or state=restarted
+  type: int
+attempt:
+  description: With O(state=restarted), the number of the attempt that the restart starts.
+  returned: state=restarted
   type: int
 attempts:
   description:
@@ -750,6 +763,7 @@ jobs:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import argument_spec
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_restart import run_restarted
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import run_started
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_stop import run_stopped
 
@@ -760,7 +774,7 @@ ARGUMENT_SPEC = argument_spec()
 def main():
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
-        required_if=[("state", "started", ("nodes", "head", "script"))],
+        required_if=[("state", "started", ("nodes", "head", "script")), ("state", "restarted", ("run_id",))],
         supports_check_mode=True,
     )
     for name in ("launch_timeout", "start_timeout", "heartbeat_timeout", "silent_node_timeout", "stop_grace"):
@@ -768,6 +782,8 @@ def main():
             module.fail_json(msg=f"{name} must be 0 or more seconds, got {module.params[name]}")
     if module.params["state"] == "stopped":
         run_stopped(module)
+    elif module.params["state"] == "restarted":
+        run_restarted(module)
     else:
         run_started(module)
 

@@ -28,6 +28,7 @@ import uuid
 import pytest
 
 from ready_cluster import NAME, NODES, recap, run, training_result
+from test_run_lifecycle import Attached, torchfleet
 from torchfleet.devcluster import DOMAIN
 
 pytestmark = pytest.mark.cluster
@@ -416,4 +417,80 @@ def test_a_hung_node_is_named_and_the_run_ended(cluster):
     assert result["failed_host"] == NODES[2] and NODES[2] in result["lost_nodes"], result["msg"]
     assert "crashed or hung" in " ".join(output.split())
     for node in NODES[:2]:
+        assert left_on(node) == [], node
+
+
+def checkpointing_run(run_id):
+    """train.py for 14 epochs (about a minute), a checkpoint after each, where every node has one."""
+    return ["--use-syn", "--epochs", "14", "--sleep", "0.1", "--no-wandb", "--out-dir", f"/tmp/{run_id}"]
+
+
+def head_record(run_id):
+    return json.loads(docker("exec", NODES[0], "cat", f"{RUNS}/{run_id}/state.json").stdout or "{}")
+
+
+def checkpointed(run_id):
+    return docker("exec", NODES[0], "test", "-f", f"/tmp/{run_id}/checkpoint.pt").returncode == 0
+
+
+def test_a_node_killed_with_a_restart_allowed_resumes_on_the_two_nodes_left(cluster):
+    # Issue 27's first case: the container killed outright (its kernel gone: no answer at all).
+    run_id = f"tf-killed-{uuid.uuid4().hex[:8]}"
+    launch = Background(cluster.popen_playbook(
+        "launch.yml", "-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
+        "-e", "max_restarts=1", "-e", "min_nodes=2", "-e", f"launch_timeout={LAUNCH_TIMEOUT * 4}",
+        "-e", json.dumps({"script_args": checkpointing_run(run_id)})))
+    try:
+        wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint", launch)
+        assert docker("kill", NODES[2]).returncode == 0
+        killed = time.monotonic()
+        wait_until(lambda: head_record(run_id).get("restarts") == 1, 120, "the restart", launch)
+        restarted = time.monotonic() - killed
+        rc, output, _since_start = launch.wait(LAUNCH_TIMEOUT * 4)
+    finally:
+        launch.kill()
+    print(f"killed: restarted {restarted:.1f} s later")
+    assert rc == 0, output[-3000:]
+    final = head_record(run_id)
+    assert (final["state"], final["restarts"], final["world_size"]) == ("succeeded", 1, 2), final["msg"]
+    assert f"{NODES[2]} stopped answering at " in final["attempts"][0]["cause"], final["attempts"]
+    result = training_result(docker("exec", NODES[0], "cat", f"{RUNS}/{run_id}/launcher.log").stdout + output)
+    assert result["world_size"] == 2 and result["resumed_from_epoch"] >= 1, result
+    for node in NODES[:2]:
+        assert left_on(node) == [], node
+
+
+def test_ctrl_c_while_a_restart_waits_stops_the_run_and_restart_by_hand_resumes_it(cluster):
+    # Every node required (min_nodes: all): with one killed, the restart waits for it; Ctrl-C of
+    # the attached `torchfleet launch` then stops the run and no attempt follows. With the node
+    # back, `torchfleet restart RUN_ID` goes on as attempt 1, on every node, from the checkpoint.
+    run_id = f"tf-waits-{uuid.uuid4().hex[:8]}"
+    launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
+                      "--max-restarts", "1", "-e", "restart_wait=600", "--", *checkpointing_run(run_id))
+    try:
+        wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint")
+        assert docker("kill", NODES[2]).returncode == 0
+        wait_until(lambda: "waiting for 3 node(s) to answer" in (head_record(run_id).get("msg") or ""), 120,
+                   "the restart waiting for the node killed")
+        os.killpg(launch.process.pid, signal.SIGINT)
+        rc = launch.wait(120)
+    finally:
+        launch.kill()
+    assert rc == 130, launch.errors[-20:]
+    stopped = head_record(run_id)
+    assert (stopped["state"], stopped["restarts"]) == ("stopped", 0), stopped["msg"]
+    assert "no restart: stopped while waiting for the nodes of a restart" in stopped["msg"]
+    for node in NODES[:2]:
+        assert left_on(node) == [], node
+
+    restore(cluster)  # the node back
+    restarted = torchfleet(cluster, "restart", run_id, timeout=600)
+    assert restarted.returncode == 0, (restarted.stdout[-3000:], restarted.stderr[-3000:])
+    final = head_record(run_id)
+    assert (final["state"], final["restarts"], final["world_size"]) == ("succeeded", 1, 3), final["msg"]
+    assert [attempt["attempt"] for attempt in final["attempts"]] == [0, 1]
+    assert f"{NODES[2]} stopped answering at " in final["attempts"][0]["cause"]
+    result = training_result(restarted.stdout)
+    assert result["world_size"] == 3 and result["resumed_from_epoch"] >= 1, result
+    for node in NODES:
         assert left_on(node) == [], node

@@ -522,3 +522,57 @@ def test_bad_restart_options_are_refused_before_anything_starts(cluster):
         rc, output, result = cluster.run(args)
         assert rc != 0 and said in result["msg"], result["msg"]
         assert not (cluster.runs_dir / args["run_id"]).exists()
+
+
+def test_a_failed_run_restarted_by_hand_goes_on_as_its_next_attempt(cluster):
+    # No restarts allowed: attempt 0 fails. `state: restarted` starts it again from its own request,
+    # as attempt 1 (which fails too: the script fails twice), then attempt 2, which succeeds.
+    args = cluster.args(env_set={"TF_TEST_ACTION": "fail-twice"})
+    rc, output, result = cluster.run(args)
+    assert rc != 0 and result["state"] == "failed" and result["restarts"] == 0, result["msg"]
+    restart = {"state": "restarted", "run_id": args["run_id"], "log_dir": args["log_dir"]}
+    rc, output, again = cluster.run(restart)
+    assert rc != 0 and (again["state"], again["restarts"], again["attempt"]) == ("failed", 1, 1), again["msg"]
+    rc, output, last = cluster.run(restart)
+    assert rc == 0, output[-3000:]
+    assert (last["state"], last["rc"], last["restarts"], last["attempt"]) == ("succeeded", 0, 2, 2), last["msg"]
+    attempts = last["attempts"]
+    assert [a["attempt"] for a in attempts] == [0, 1, 2]
+    assert "rank 1 on here exited with code 3" in attempts[0]["cause"]
+    assert attempts[1]["cause"] == "rank 1 on here exited with code 3" and attempts[2]["cause"] == ""
+    assert last["started"] == result["started"]  # one run, from its first start
+    log = Path(result["launcher_log"]).read_text()
+    assert "torchfleet: attempt 1 of run" in log and "torchfleet: attempt 2 of run" in log
+    assert re.findall(r"ATTEMPT=(\d)", log).count("2") == 2  # both ranks of the last attempt
+    assert (cluster.runs_dir / args["run_id"] / "hostfile.2").exists()
+    assert alive(args["run_id"]) == []
+
+    # A run that succeeded has nothing to restart; an unknown run is named.
+    rc, output, refused = cluster.run(restart)
+    assert rc != 0 and "there is nothing to restart" in refused["msg"], refused["msg"]
+    rc, output, refused = cluster.run(dict(restart, run_id="it-no-such-run"))
+    assert rc != 0 and "no run it-no-such-run in " in refused["msg"], refused["msg"]
+
+
+def test_a_running_run_is_not_restarted(cluster):
+    args = cluster.args(env_set={"TF_TEST_ACTION": "sleep"})
+    proc, _tree = cluster.start(args)
+    wait_for_ranks(args["run_id"])
+    rc, output, refused = cluster.run({"state": "restarted", "run_id": args["run_id"], "log_dir": args["log_dir"]})
+    assert rc != 0 and f"run {args['run_id']} is still running: stop it first" in refused["msg"], refused["msg"]
+    assert len([p for p in alive(args["run_id"]) if "train.py" in p["cmdline"]]) == 2
+
+    # Stopped, it may be restarted; detached, the restart returns once its ranks run.
+    rc, output, _stopped = cluster.run({"state": "stopped", "run_id": args["run_id"]})
+    assert rc == 0, output
+    proc.communicate(timeout=LIMIT)
+    rc, output, detached = cluster.run({"state": "restarted", "run_id": args["run_id"], "log_dir": args["log_dir"],
+                                        "detach": True})
+    assert rc == 0, output[-3000:]
+    assert (detached["state"], detached["attempt"], detached["restarts"]) == ("running", 1, 1), detached
+    assert len([p for p in alive(args["run_id"]) if "train.py" in p["cmdline"]]) == 2
+    assert "was stopped" in detached["attempts"][0]["cause"]
+    rc, output, _stopped = cluster.run({"state": "stopped", "run_id": args["run_id"]})
+    assert rc == 0, output
+    record = json.loads((cluster.runs_dir / args["run_id"] / "state.json").read_text())
+    assert (record["state"], record["restarts"], len(record["attempts"])) == ("stopped", 1, 2), record["msg"]

@@ -163,7 +163,10 @@ class SupervisorPlan:
     min_nodes: int = 0  # the fewest nodes an attempt may use
     restart_wait: int = 300  # seconds a restart waits for min_nodes to answer
     final_exit_codes: list = field(default_factory=list)  # rank exit codes never restarted
-    launch_plan: dict | None = None  # the renderer's plan (launch_plan.plan_to_dict), with restarts
+    launch_plan: dict | None = None  # the renderer's plan (launch_plan.plan_to_dict): restarts render it again
+    # A run restarted by hand (torchrun_launch state=restarted): the number of its first attempt
+    # here, after those its record lists; 0 for a new run.
+    first_attempt: int = 0
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:

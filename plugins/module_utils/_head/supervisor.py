@@ -192,6 +192,10 @@ class Run:
         self.ended = threading.Event()  # the launcher is gone: the watches stop looking
         self.heartbeat_ports: dict = {}  # {node: the port it answers the heartbeat on}
         self.attempts: list = []  # with restarts: each attempt, as the record lists it
+        if self.plan.first_attempt:
+            with open(os.path.join(run_dir, STATE_FILE), encoding="utf-8") as handle:
+                self.attempts = earlier_attempts(json.load(handle), self.plan)
+            self.record = self.record.updated(started=self.attempts[0]["started"])
         self.launcher_env: dict = {}  # a restart's environment over the supervisor's
 
     def save(self, final: bool = False, required: bool = False, **changes) -> None:
@@ -332,16 +336,26 @@ class Run:
         """The run, attempt after attempt (max_restarts), to its last record."""
         plan = self.plan
         reserve_space(self.run_dir)
-        self.save(required=True)
-        attempt, begun = 0, time.monotonic()
+        self.save(required=True, attempts=self.attempts or None, restarts=len(self.attempts))
+        attempt, begun = plan.first_attempt, time.monotonic()
+        if attempt:  # restarted by hand: the nodes that answer, fenced, as after a failure
+            nodes = self.nodes_for_restart()
+            if isinstance(nodes, str):
+                state = "stopped" if _Stop.signum is not None else "failed"
+                self.save(final=True, state=state, ended=now_iso(), rc=143 if state == "stopped" else 1,
+                          msg=f"run {plan.run_id} was not restarted: {nodes}")
+                return self.record
+            self.next_attempt(attempt, nodes, self.attempts[-1]["cause"])
         while True:
             ended = self.attempt(attempt, begun)
             if ended is None:  # its launcher could not start: recorded
                 return self.record
             state, msg, result, cause = ended
-            if cause is None or attempt >= plan.max_restarts or _Stop.signum is not None:
+            if cause is None or attempt - plan.first_attempt >= plan.max_restarts or _Stop.signum is not None:
                 break
             self.attempts[-1].update(ended=now_iso(), cause=cause)
+            self.save(attempts=self.attempts, msg=f"attempt {attempt} of run {plan.run_id} ended ({cause}); "
+                                                  f"waiting for {plan.min_nodes} node(s) to answer")
             nodes = self.nodes_for_restart()
             if isinstance(nodes, str):
                 if _Stop.signum is not None:
@@ -377,7 +391,7 @@ class Run:
                       msg=f"cannot start {plan.argv[0]}: {err}" if not slurm_job else str(err))
             return None
         started = begun  # launch_timeout and the duration are the whole run's, every attempt in it
-        if plan.max_restarts:
+        if plan.max_restarts or plan.first_attempt:
             self.attempts.append({"attempt": attempt, "started": now_iso(), "ended": None,
                                   "nodes": [node.name for node in self.nodes],
                                   "world_size": plan.world_size, "cause": None,
@@ -581,6 +595,19 @@ class Run:
                   msg=said.strip()[len("torchfleet: "):])
 
 
+def earlier_attempts(record: dict, plan: SupervisorPlan) -> list:
+    """The attempts of a run restarted by hand, as its record lists them; a run that had no
+    restarts allowed lists none, and its one attempt is made from the record itself."""
+    if record.get("attempts"):
+        return [dict(attempt) for attempt in record["attempts"]]
+    return [{"attempt": 0, "started": record.get("started"), "ended": record.get("ended"),
+             "nodes": record.get("nodes") or [node["name"] for node in plan.nodes],
+             "world_size": record.get("world_size"),
+             "cause": restart_cause("failed", record, record.get("never_started"), record.get("survivors"), [])
+             if record.get("state") == "failed" else record.get("msg") or record.get("state"),
+             "workers": plan.paths.get("workers") or None}]
+
+
 def _renderer():
     """The launch's renderer: the run's copy beside this package (launch_plan.py), or the
     collection's own where the package is imported from the collection."""
@@ -612,7 +639,9 @@ def start(python: str, package_dir: str, run_dir: str, env: dict) -> subprocess.
     (`python -S -m PACKAGE.supervisor RUN_DIR` from its parent), in a session of its own so that
     no signal meant for its starter reaches it, its output in the run's supervisor.log."""
     parent, name = os.path.split(os.path.normpath(package_dir))
-    log = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+    # A new run's log is new; a run restarted by hand adds to its own.
+    flags = os.O_APPEND if SupervisorPlan.read(run_dir).first_attempt else os.O_CREAT | os.O_EXCL
+    log = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | flags, 0o640)
     try:
         return subprocess.Popen([python, "-S", "-m", f"{name}.supervisor", run_dir], env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

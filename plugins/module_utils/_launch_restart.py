@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# Copyright: torchfleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Restarting a run by hand (torchrun_launch, state=restarted): a run that failed or was lost
+(its head rebooted, its supervisor killed) started again from its own request, as its next
+attempt: the same directory, record and run id, a new rendezvous port, the attempts before it
+kept. The supervisor does the rest as after a failure: the nodes that answer, fenced."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
+    PLAN_FILE,
+    RESULT,
+    SupervisorPlan,
+    read_state,
+)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import write_file
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import plan_from_dict, render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import (
+    copy_head_package,
+    follow_run,
+    launcher_env,
+    start_supervisor,
+)
+
+# What a run restarted by hand may have ended as.
+RESTARTABLE = ("failed", "lost", "timed_out", "stopped")
+
+
+def restart_refusal(record: dict | None, plan: SupervisorPlan | None, run_id: str, run_dir: str) -> str | None:
+    """Why the run in `run_dir` cannot be restarted, naming the fix; None when it can."""
+    if record is None or plan is None:
+        return (f"no run {run_id} in {os.path.dirname(run_dir)} on this node: give the id of a run "
+                f"of this cluster (torchfleet runs lists them) and the log_dir it ran with")
+    state = record.get("state")
+    if state == "running":
+        return f"run {run_id} is still running: stop it first ({STOP_HINT}), or wait for it"
+    if state not in RESTARTABLE:
+        return f"run {run_id} {state}: there is nothing to restart; launch a new run instead"
+    if plan.scheduler != "none" or plan.mode == "mpich" or not plan.launch_plan:
+        how = ("it ran through Slurm" if plan.scheduler != "none" else
+               "it ran through MPICH's mpiexec" if plan.mode == "mpich" else
+               "it was launched by an older torchfleet that kept no launch plan")
+        return (f"run {run_id} cannot be restarted by torchfleet: {how}; launch it again (with your "
+                f"script's resume option)")
+    return None
+
+
+def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan:
+    """The run's plan for its next attempt: the attempts it had, and what the call overrides."""
+    p = module.params
+    attempts = record.get("attempts") or [{}]
+    nodes = len(plan.launch_plan["nodes"])
+    min_nodes = p["min_nodes"] or plan.min_nodes
+    if min_nodes > nodes:
+        module.fail_json(msg=f"min_nodes is {min_nodes}, above run {plan.run_id}'s {nodes} nodes: give at "
+                             f"most {nodes}, or 0 for the run's own ({plan.min_nodes})")
+    # The ssh masters of the run's launch are long closed: every ssh connects by itself.
+    return dataclasses.replace(plan, first_attempt=len(attempts), min_nodes=min_nodes,
+                               max_restarts=p["max_restarts"] or plan.max_restarts, control_dir=None,
+                               launch_plan=dict(plan.launch_plan, ssh_control_path=None))
+
+
+def run_restarted(module) -> None:
+    p = module.params
+    run_id = p["run_id"]
+    log_dir = os.path.expanduser(p["log_dir"])
+    run_dir = os.path.join(log_dir, run_id)
+    record = read_state(run_dir)
+    try:
+        plan = SupervisorPlan.read(run_dir)
+    except (OSError, ValueError, TypeError):
+        plan = None
+    refusal = restart_refusal(record, plan, run_id, run_dir)
+    if refusal:
+        module.fail_json(msg=f"refusing to restart: {refusal}", run_id=run_id)
+    plan = restarted_plan(module, plan, record)
+    # The environment the run had, but for values never written down: its secrets, given again.
+    rendered = render(plan_from_dict(plan.launch_plan))
+    missing = [name for name in rendered.secrets if name not in p["env_secrets"]]
+    if missing:
+        module.fail_json(msg=f"run {run_id} passed the secrets {', '.join(missing)} to its ranks, and they are "
+                             f"never stored: give them again (env_secrets; launch_env_secrets with the "
+                             f"variables set on the controller)", run_id=run_id)
+    env = launcher_env(os.environ, set(rendered.inherit), rendered.env,
+                       {name: str(p["env_secrets"][name]) for name in rendered.secrets})
+    result = {"changed": False, "run_id": run_id, "log_dir": run_dir, "state_file": os.path.join(run_dir, "state.json"),
+              "launcher_log": plan.paths["launcher"], "attempt": plan.first_attempt}
+    if module.check_mode:
+        module.exit_json(**result)
+    try:
+        module.launch_lock = _launch_lock.hold(run_id)
+    except _launch_lock.LaunchLocked as held:
+        module.fail_json(msg=f"refusing to restart: another launch is starting on this cluster ({held}); "
+                             f"restart once it has ended", **result)
+    try:
+        # The head package of this collection (a fixed one included), and the plan with the
+        # attempt; the record reads `running` again once the new supervisor writes it.
+        package = copy_head_package(os.path.join(run_dir, "supervisor"))
+        write_file(os.path.join(run_dir, PLAN_FILE), plan.to_json().encode())
+    except OSError as err:
+        module.fail_json(msg=f"cannot prepare run {run_id}'s restart in {run_dir}: {err}", **result)
+    result["changed"] = True
+    module.supervised = True
+    supervisor_proc = start_supervisor(module, run_dir, package, env, result, restarted=True)
+    record = follow_run(module, plan_from_dict(plan.launch_plan), run_dir, supervisor_proc, None)
+    shown = {key: getattr(record, key) for key in record.keys(RESULT)}
+    result.update({key: value for key, value in shown.items() if value is not None},
+                  nodes=record.nodes, world_size=record.world_size)
+    if record.state == "running":
+        module.exit_json(**result)
+    msg = result.pop("msg")
+    if record.state != "succeeded":
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)
+
