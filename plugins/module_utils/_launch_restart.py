@@ -118,4 +118,3 @@ def run_restarted(module) -> None:
     if record.state != "succeeded":
         module.fail_json(msg=msg, **result)
     module.exit_json(**result)
-

@@ -440,6 +440,8 @@ def test_version_completion_and_exit_codes_in_help(capsys):
     (["runs", "-n", "0"], "-n takes a number of at least 1"),
     (["runs", "--limit", "node1"], "--limit does not apply"),
     (["logs", "--rank", "1", "--all-ranks"], "not allowed with argument"),
+    (["restart"], "the following arguments are required: RUN_ID"),
+    (["restart", "a;b"], "run id"),
 ])
 def test_usage_errors_name_the_fix(project, capsys, argv, said):
     rc, out, err = run_cli(capsys, *argv, "-i", "hosts.yml")

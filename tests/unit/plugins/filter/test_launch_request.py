@@ -144,6 +144,15 @@ def test_the_reserved_name_action_is_refused_alone(request_, given, said):
     assert launch_problems(request_) == [said]
 
 
+def test_a_restart_needs_the_run_it_restarts(request_):
+    request_.update(action="restart", run_id="", script="")
+    assert launch_problems(request_) == [
+        "launch_action=restart starts a run that ended again: name it with -e run_id=RUN_ID "
+        "(torchfleet runs lists the runs)."]
+    request_["run_id"] = "tf-20261125-231500-ab12cd"
+    assert launch_problems(request_) == []  # no script: the run's own request is on the head
+
+
 def test_hydra_carries_the_files_as_open_mpi_does(request_, tmp_path):
     (tmp_path / "big.bin").write_bytes(b"\0" * (17 * 2**20))
     request_["lists"]["files"] = ["big.bin"]

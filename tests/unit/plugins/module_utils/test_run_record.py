@@ -404,3 +404,45 @@ def test_a_restarted_runs_attempts_are_read_each_with_its_own_nodes(tmp_path):
     # n1 reads the same first directory here: its worker 1 is rank 3.
     assert sorted(lines) == sorted(["L [rank 1 n0] first attempt", "L [rank 3 n1] first attempt",
                                     "L [rank 1 n0] second attempt"]), lines
+
+
+def _plan(**changes):
+    values = {"run_id": "r1", "argv": ["mpirun"], "cwd": None, "command": "mpirun", "head": "n0",
+              "nodes": [{"name": "n0", "address": "10.0.0.1", "slots": 2, "interface": "eth0"}],
+              "mode": "torchrun", "nproc": 2, "world_size": 2, "python": "python3", "ssh": "ssh",
+              "check_nodes": True, "control_dir": None, "launch_timeout": 0, "stop_grace": 10,
+              "paths": {"run": "/r/r1", "launcher": "/r/r1/launcher.log", "ranks": "", "workers": "/r/r1/workers"},
+              "launch_plan": {"nodes": []}}
+    values.update(changes)
+    return rr.SupervisorPlan(**values)
+
+
+@pytest.mark.parametrize("record, plan, said", [
+    (None, None, "no run r1 in /r on this node"),
+    ({"state": "running"}, {}, "run r1 is still running: stop it first"),
+    ({"state": "succeeded"}, {}, "run r1 succeeded: there is nothing to restart"),
+    ({"state": "failed"}, {"scheduler": "slurm"}, "it ran through Slurm"),
+    ({"state": "lost"}, {"mode": "mpich"}, "it ran through MPICH's mpiexec"),
+    ({"state": "failed"}, {"launch_plan": None}, "kept no launch plan"),
+    ({"state": "lost"}, {}, None),
+    ({"state": "stopped"}, {}, None),
+])
+def test_which_runs_a_restart_by_hand_takes(record, plan, said):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_restart import restart_refusal
+
+    found = restart_refusal(record, None if plan is None else _plan(**plan), "r1", "/r/r1")
+    assert (found is None) if said is None else (said in found), found
+
+
+def test_a_run_without_restarts_gets_its_one_attempt_from_its_record():
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._head.supervisor import earlier_attempts
+
+    failed = {"state": "failed", "started": "t0", "ended": "t1", "nodes": ["n0"], "world_size": 2,
+              "failed_rank": 1, "failed_host": "n0", "failed_exit_code": 3, "rc": 1, "msg": "run r1 failed ..."}
+    assert earlier_attempts(failed, _plan()) == [
+        {"attempt": 0, "started": "t0", "ended": "t1", "nodes": ["n0"], "world_size": 2,
+         "cause": "rank 1 on n0 exited with code 3", "workers": "/r/r1/workers"}]
+    lost = dict(failed, state="lost", msg="run r1 is lost: its supervisor is gone")
+    assert earlier_attempts(lost, _plan())[0]["cause"] == "run r1 is lost: its supervisor is gone"
+    listed = [{"attempt": 0, "cause": "x"}, {"attempt": 1, "cause": "y"}]
+    assert earlier_attempts(dict(failed, attempts=listed), _plan()) == listed
