@@ -424,8 +424,9 @@ def problems(request: dict) -> list[str]:
                      if "preflight_net" not in node or "python_env_torchrun" not in node]
     if without_setup:
         found.append(f"No setup facts for {', '.join(without_setup)}: run `ansible-playbook "
-                     f"setup.yml -i INVENTORY` first, from the same directory (facts are cached in "
-                     f".cache/facts).")
+                     f"setup.yml -i INVENTORY` first (setup records them on each node, in "
+                     f"/etc/ansible/facts.d/torchfleet.fact, and in Ansible's fact cache where one is "
+                     f"configured).")
     # python_env_engine=none records no torchrun; without this check the launch would fail on the
     # nodes, looking for a torchrun on PATH.
     elif request["action"] == "start" and request["mode"] in ("torchrun", "mpich") and not request["head_torchrun"]:

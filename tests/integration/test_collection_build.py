@@ -2,6 +2,7 @@
 from another directory, where no ansible.cfg of the checkout is read."""
 
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -77,3 +78,29 @@ def test_the_playbooks_parse_from_the_installed_collection(installed, playbook):
                           cwd=elsewhere, env=env, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[WARNING]" not in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.cluster
+def test_setup_then_launch_from_the_installed_collection_elsewhere(installed, cluster):
+    # Issue 28, point 5: no ansible.cfg of the checkout, so no fact cache (memory only, gone with
+    # each ansible-playbook): the launch reads what setup learned back from the nodes' local facts.
+    elsewhere, env = installed
+    inventory = elsewhere / "cluster.yml"
+    inventory.write_text(cluster.inventory.read_text())
+    env = dict(env, XDG_STATE_HOME=cluster.env["XDG_STATE_HOME"])
+    setup = subprocess.run(["ansible-playbook", "torchfleet.cluster.setup", "-i", str(inventory),
+                            "-e", f"ssh_trust_key_file={cluster.key}"],
+                           cwd=elsewhere, env=env, capture_output=True, text=True, check=False, timeout=1800)
+    assert setup.returncode == 0, setup.stdout[-3000:] + setup.stderr[-3000:]
+    recap = {host: int(changed) for host, changed in re.findall(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", setup.stdout, re.M)}
+    assert recap and not any(recap.values()), recap  # a ready cluster: nothing changed, from here too
+    launch = subprocess.run(["ansible-playbook", "torchfleet.cluster.launch", "-i", str(inventory),
+                             "-e", f"script={REPO / 'examples' / 'train.py'}", "-e", "nproc_per_node=1",
+                             "-e", '{"script_args": ["--use-syn", "--epochs", "1", "--no-wandb", "--out-dir", "/tmp"]}'],
+                            cwd=elsewhere, env=env, capture_output=True, text=True, check=False, timeout=900)
+    output = launch.stdout + launch.stderr
+    assert launch.returncode == 0, output[-3000:]
+    read = output.split("TASK [Read the facts setup recorded on the nodes the fact cache lacks", 1)[1].split("TASK [", 1)[0]
+    assert read.count("(item=") == 3, read  # every node's, read back from the node
+    assert re.search(r"run tf-\S+: rc 0, world size 3", output), output[-3000:]
+    assert not (elsewhere / ".cache").exists()

@@ -40,8 +40,9 @@ def test_stop_checks_only_the_setup_facts(request_):
     assert launch_problems(request_) == []
     del request_["nodes"][2]["preflight_net"]
     assert launch_problems(request_) == [
-        "No setup facts for node2: run `ansible-playbook setup.yml -i INVENTORY` first, from the same "
-        "directory (facts are cached in .cache/facts)."]
+        "No setup facts for node2: run `ansible-playbook setup.yml -i INVENTORY` first (setup records "
+        "them on each node, in /etc/ansible/facts.d/torchfleet.fact, and in Ansible's fact cache where "
+        "one is configured)."]
 
 
 @pytest.mark.parametrize("key", ["script_args", "files", "env_pass", "env_secrets", "mpirun_extra_args"])
