@@ -197,6 +197,7 @@ class Run:
                 self.attempts = earlier_attempts(json.load(handle), self.plan)
             self.record = self.record.updated(started=self.attempts[0]["started"])
         self.launcher_env: dict = {}  # a restart's environment over the supervisor's
+        self.silent: dict = {}  # after an attempt that failed: the nodes that did not answer then
 
     def save(self, final: bool = False, required: bool = False, **changes) -> None:
         """Write the record. Along the run a full disk skips a write (the next one says more),
@@ -224,7 +225,7 @@ class Run:
     def read_log(self, host: str, pattern: str):
         """(path, last lines) of a log on the node that wrote it; (None, []) where unreachable."""
         node = next((node for node in self.nodes if node.name == host), None)
-        if node is None or (node.name != self.plan.head and not self.plan.check_nodes):
+        if node is None or node.name in self.silent or (node.name != self.plan.head and not self.plan.check_nodes):
             return None, []
         request = {"tail": {"pattern": pattern, "lines": report.TAIL_LINES}}
         answer = self.ask([node], {host: request}, timeout=PROBE_TIMEOUT, connect_timeout=5)[host]
@@ -302,6 +303,20 @@ class Run:
                     if time.monotonic() - seen[node.name] >= seconds:
                         lost.setdefault(node.name, since)
                 self.ended.wait(max(0.0, HEARTBEAT_EVERY - (time.monotonic() - began)))
+
+    def silent_nodes(self, unanswered: dict) -> dict:
+        """{name: since} of the other nodes that do not answer the knock now (on the port each
+        answered the heartbeat on), with those the heartbeat already found silent."""
+        silent, ports = dict(unanswered), self.heartbeat_ports
+
+        def answers(node):
+            port = ports.get(node.name)
+            return node_answers(node.address, port) if port else heartbeat_port(node.address) is not None
+        others = [node for node in self.nodes if node.name != self.plan.head and node.name not in silent]
+        with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others) or 1)) as pool:
+            answered = list(pool.map(answers, others))
+        silent.update((node.name, now_iso()) for node, ok in zip(others, answered) if not ok)
+        return silent
 
     def runs_true(self, node, timeout: float) -> bool:
         """Whether `node` runs `true` over the cluster's ssh within `timeout` seconds (over the
@@ -439,6 +454,13 @@ class Run:
                 warnings.append(f"{len(leftovers)} process(es) of run {run_id} outlived the "
                                 f"launcher on the head and were stopped")
         rc = report.exit_status(proc.returncode)
+        # A node gone is the cause of the ranks elsewhere that failed after it. Asked at once (the
+        # ranks fail faster than the heartbeat's next look) and recorded before anything waits on
+        # that node: no clean-up or log is asked of it.
+        self.silent = self.silent_nodes(unanswered) if rc != 0 and watching and not (
+            timed_out or late or gone or stopped) else {}
+        if self.silent:
+            self.save(lost_nodes=self.silent)
         result = {"rc": rc, "duration": round(time.monotonic() - started, 3), "timed_out": timed_out,
                   "warnings": warnings, "stdout_tail": report.output_tail(paths, plan.worker_files),
                   "rank0_tail": report.rank0_tail(plan.mode, paths)}
@@ -447,7 +469,10 @@ class Run:
         # outlive a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false).
         ended = None
         if (rc != 0 or timed_out or late or gone or stopped) and plan.check_nodes and len(self.nodes) > 1:
-            ended = end_run_on_nodes(self.nodes, plan.head, plan.ssh, plan.python, run_id, grace)
+            ended = end_run_on_nodes([node for node in self.nodes if node.name not in self.silent], plan.head,
+                                     plan.ssh, plan.python, run_id, grace)
+            ended["silent"] += [{"name": node.name, "address": node.address, "error": "no answer on the cluster network"}
+                                for node in self.nodes if node.name in self.silent]
             result.update(stopped_on_nodes=ended["stopped"],
                           silent_nodes=[node["name"] for node in ended["silent"]])
         left = report.cleanup_message(ended, name_silent=not timed_out) if ended else ""
@@ -483,19 +508,7 @@ class Run:
                 read_log=self.read_log)
             result.update(failure)
             msg = report.failure_message(run_id, rc, failure, paths) + left
-            # A node gone is the cause of the ranks elsewhere that failed after it: said first.
-            # Asked again now: the ranks can fail faster than the heartbeat's next look.
-            silent = dict(unanswered)
-            if watching:  # on the port each node answered the heartbeat on, where it did
-                ports = self.heartbeat_ports
-
-                def answers(node):
-                    port = ports.get(node.name)
-                    return node_answers(node.address, port) if port else heartbeat_port(node.address) is not None
-                others = [node for node in self.nodes if node.name != plan.head and node.name not in silent]
-                with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others) or 1)) as pool:
-                    answered = list(pool.map(answers, others))
-                silent.update((node.name, now_iso()) for node, ok in zip(others, answered) if not ok)
+            silent = self.silent  # said first
             if silent:
                 result["lost_nodes"] = silent
                 msg = "; ".join(f"{name} stopped answering at {since}" for name, since in silent.items()) + \
@@ -544,8 +557,11 @@ class Run:
         deadline = time.monotonic() + plan.restart_wait
         while _Stop.signum is None:
             # Alive, not only answering the knock: a hung node's kernel answers it too.
+            # A node that does not even answer on its ssh port is not waited for (ssh's own
+            # connect timeout is longer).
             with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(every))) as pool:
-                ok = list(pool.map(lambda n: n.name == plan.head or self.runs_true(n, 10), every))
+                ok = list(pool.map(lambda n: n.name == plan.head or (
+                    node_answers(n.address, 22, timeout=2) and self.runs_true(n, 10)), every))
             answering = [node for node, answers in zip(every, ok) if answers]
             if len(answering) >= plan.min_nodes:
                 end_run(plan.run_id, plan.stop_grace, spare_guardian=True)
