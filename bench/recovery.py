@@ -37,6 +37,7 @@ from pathlib import Path
 import yaml
 
 from benchlib import REPO, commit  # bench/ is the script's directory, first on sys.path
+from torchfleet import devcluster
 
 RUNS = "/home/torchfleet/torchfleet/runs"
 ENV = "/opt/torchfleet/envs/torchfleet/bin"
@@ -87,19 +88,8 @@ class Cluster:
             docker("network", "disconnect", self.network, node, check=True)
 
     def put_back(self, node):
-        """Running, unpaused, on the cluster network under its names with eth0 (setup's
-        interface), reachable over ssh from the head."""
-        info = json.loads(docker("inspect", node).stdout)[0]
-        if info["State"]["Paused"]:
-            docker("unpause", node, check=True)
-        if not info["State"]["Running"]:
-            docker("start", node, check=True)
-        index = node.rsplit("node", 1)[1]
-        if self.network not in info["NetworkSettings"]["Networks"]:
-            docker("network", "connect", "--alias", f"node{index}", "--alias",
-                   f"node{index}.{self.name}.torchfleet.test", self.network, node, check=True)
-        if docker("exec", node, "ip", "link", "show", "eth0").returncode != 0:
-            docker("restart", "--time", "1", node, check=True)
+        """As `cluster up` left it (devcluster.restore_node), reachable over ssh from the head."""
+        devcluster.restore_node(self.name, int(node.rsplit("node", 1)[1]))
         wait_for(lambda: self.sh(self.nodes[0], f"ssh -o BatchMode=yes {self.address[node]} true").returncode == 0,
                  f"{node} reachable again")
 

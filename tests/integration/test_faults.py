@@ -29,6 +29,7 @@ import pytest
 
 from ready_cluster import NAME, NODES, recap, run, training_result
 from test_run_lifecycle import Attached, torchfleet
+from torchfleet import devcluster
 from torchfleet.devcluster import DOMAIN
 
 pytestmark = pytest.mark.cluster
@@ -148,23 +149,7 @@ def seconds_until_named(state, since, limit=60):
 def restore(cluster):
     """Every node running, on the cluster network under its names, with the interface setup cached
     (eth0), reachable, and no run left on any."""
-    changed = []
-    for index, node in enumerate(NODES):
-        info = json.loads(docker("inspect", node).stdout)[0]
-        if info["State"]["Paused"]:
-            docker("unpause", node)
-            changed.append(f"unpaused {node}")
-        if not info["State"]["Running"]:
-            docker("start", node)
-            changed.append(f"started {node}")
-        if NETWORK not in info["NetworkSettings"]["Networks"]:
-            reconnect(node, index)
-            changed.append(f"reconnected {node}")
-        # Reconnected, the node's interface is eth1; Open MPI and Gloo are told eth0 (setup's
-        # facts). A restart makes the node as `cluster up` left it: eth0, same address.
-        if docker("exec", node, "ip", "link", "show", "eth0").returncode != 0:
-            docker("restart", "--time", "1", node)
-            changed.append(f"restarted {node}")
+    changed = [done for index in range(len(NODES)) for done in devcluster.restore_node(NAME, index)]
     if changed:
         print(f"restore: {', '.join(changed)}")
         wait_until(lambda: reachable(cluster), 120, "every node reachable again")

@@ -360,6 +360,30 @@ def _start_node(name: str, index: int, pubkey: str, image: str, slurm: Path | No
     )
 
 
+def restore_node(name: str, index: int) -> list[str]:
+    """A node that a test or a benchmark took away (paused, stopped, killed, cut off its network)
+    put back as `up` left it: running, on the cluster network under its names, with eth0 (the
+    interface setup recorded). What was done, in words; [] when it was as it should be."""
+    container, net = f"tf-{name}-node{index}", _network(name)
+    info = json.loads(docker("inspect", container).stdout)[0]
+    done = []
+    if info["State"]["Paused"]:
+        docker("unpause", container)
+        done.append(f"unpaused {container}")
+    if not info["State"]["Running"]:
+        docker("start", container)
+        done.append(f"started {container}")
+    if net not in info["NetworkSettings"]["Networks"]:
+        # Docker hands back the lowest free address of a network made without a subnet: its own.
+        docker("network", "connect", "--alias", f"node{index}", "--alias", f"node{index}.{name}.{DOMAIN}", net, container)
+        done.append(f"reconnected {container}")
+    # Reconnected, the node's interface is eth1, not the eth0 setup recorded: a restart makes it eth0.
+    if docker("exec", container, "ip", "link", "show", "eth0", check=False).returncode != 0:
+        docker("restart", "--time", "1", container)
+        done.append(f"restarted {container}")
+    return done
+
+
 def _node_facts(name: str, container: str) -> tuple[Node, list[str]]:
     """Address and host keys of a started node, read through Docker, not over the network."""
     net = _network(name)
