@@ -457,10 +457,13 @@ class Run:
         # A node gone is the cause of the ranks elsewhere that failed after it. Asked at once (the
         # ranks fail faster than the heartbeat's next look) and recorded before anything waits on
         # that node: no clean-up or log is asked of it.
-        self.silent = self.silent_nodes(unanswered) if rc != 0 and watching and not (
-            timed_out or late or gone or stopped) else {}
-        if self.silent:
-            self.save(lost_nodes=self.silent)
+        if gone:  # named by the heartbeat, recorded already
+            self.silent = dict(gone)
+        else:
+            self.silent = self.silent_nodes(unanswered) if rc != 0 and watching and not (
+                timed_out or late or stopped) else {}
+            if self.silent:
+                self.save(lost_nodes=self.silent)
         result = {"rc": rc, "duration": round(time.monotonic() - started, 3), "timed_out": timed_out,
                   "warnings": warnings, "stdout_tail": report.output_tail(paths, plan.worker_files),
                   "rank0_tail": report.rank0_tail(plan.mode, paths)}
@@ -561,7 +564,7 @@ class Run:
             # connect timeout is longer).
             with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(every))) as pool:
                 ok = list(pool.map(lambda n: n.name == plan.head or (
-                    node_answers(n.address, 22, timeout=2) and self.runs_true(n, 10)), every))
+                    node_answers(n.address, 22, timeout=2) and self.runs_true(n, 5)), every))
             answering = [node for node, answers in zip(every, ok) if answers]
             if len(answering) >= plan.min_nodes:
                 end_run(plan.run_id, plan.stop_grace, spare_guardian=True)
