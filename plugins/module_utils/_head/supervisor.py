@@ -37,6 +37,7 @@ RESTART_VAR = "TORCHFLEET_RESTART_COUNT"  # the attempt's number, for the script
 START_FIRST_LOOK = 5.0  # seconds from the launcher's start to the start watch's first look
 START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
 HEARTBEAT_EVERY = 3.0  # seconds between the heartbeat's looks at the other nodes
+LOST_LAUNCHER_GRACE = 2.0  # seconds mpirun has to pass a TERM on once a node is lost
 SSH_EVERY = 4.0  # seconds between the hung-node watch's `ssh NODE true` rounds
 # Where the heartbeat knocks: port 1, closed everywhere, so the node's kernel refuses it and no
 # program sees it (no log line every 3 s); else, where a firewall drops it, the ssh port.
@@ -70,16 +71,17 @@ class _Stop:
         cls.signum = signum
 
 
-def stop_launcher(proc, run_id: str, grace: int) -> list[dict]:
+def stop_launcher(proc, run_id: str, grace: int, launcher_grace: float | None = None) -> list[dict]:
     """TERM the launcher's group (mpirun forwards it to every rank on every node), KILL after
-    `grace`, then stop whatever of the run is left here: local ranks and torchrun workers run in
-    process groups of their own and outlive a killed mpirun. Returns what survived SIGKILL."""
+    `grace` (the launcher's own wait: `launcher_grace` where given), then stop whatever of the run
+    is left here: local ranks and torchrun workers run in process groups of their own and outlive
+    a killed mpirun. Returns what survived SIGKILL."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except OSError:
         pass
     try:
-        proc.wait(timeout=grace)
+        proc.wait(timeout=grace if launcher_grace is None else launcher_grace)
     except subprocess.TimeoutExpired:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -444,7 +446,11 @@ class Run:
                         warnings.append(unsure)
                     survivors = end_run(run_id, grace, spare_guardian=True)[1]
                 else:
-                    survivors = stop_launcher(proc, run_id, grace)
+                    # With a node gone, mpirun waits for ever for that node's daemon: it has a
+                    # moment to pass the TERM on, and the ranks on the other nodes their own grace
+                    # (the clean-up below).
+                    survivors = stop_launcher(proc, run_id, grace, launcher_grace=min(grace, LOST_LAUNCHER_GRACE)
+                                              if gone else None)
                 break
         self.ended.set()
         if not (timed_out or late or gone or stopped):
@@ -558,23 +564,28 @@ class Run:
         plan = self.plan
         every = [SimpleNamespace(**node) for node in plan.launch_plan["nodes"]]
         deadline = time.monotonic() + plan.restart_wait
+        # The nodes just lost are asked first only when the others are too few: a hung node
+        # would hold the round up for the ssh timeout. One that answers again is fenced meanwhile.
+        others = [node for node in every if node.name not in self.silent]
+        asked = others if len(others) >= plan.min_nodes else every
         while _Stop.signum is None:
-            # Alive, not only answering the knock: a hung node's kernel answers it too.
-            # A node that does not even answer on its ssh port is not waited for (ssh's own
-            # connect timeout is longer).
-            with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(every))) as pool:
+            # Alive, not only answering the knock: a hung node's kernel answers it too. A node
+            # that does not even answer on its ssh port is not waited for (ssh's own connect
+            # timeout is longer).
+            with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(asked))) as pool:
                 ok = list(pool.map(lambda n: n.name == plan.head or (
-                    node_answers(n.address, 22, timeout=2) and self.runs_true(n, 5)), every))
-            answering = [node for node, answers in zip(every, ok) if answers]
+                    node_answers(n.address, 22, timeout=2) and self.runs_true(n, 5)), asked))
+            answering = [node for node, answers in zip(asked, ok) if answers]
             if len(answering) >= plan.min_nodes:
                 end_run(plan.run_id, plan.stop_grace, spare_guardian=True)
                 if plan.check_nodes and len(answering) > 1:
                     end_run_on_nodes(answering, plan.head, plan.ssh, plan.python, plan.run_id, plan.stop_grace)
                 return [node.name for node in answering]
             if time.monotonic() >= deadline:
-                missing = [node.name for node, answers in zip(every, ok) if not answers]
+                missing = [node.name for node in every if node not in answering]
                 return (f"{len(answering)} node(s) answered, fewer than min_nodes ({plan.min_nodes}), within "
                         f"restart_wait ({plan.restart_wait} s); missing: {', '.join(missing)}")
+            asked = every
             time.sleep(HEARTBEAT_EVERY)
         return "stopped while waiting for the nodes of a restart"
 
