@@ -22,8 +22,9 @@ options:
         short names, the list options under C(lists), the Slurm ones under C(slurm), each node's
         hostvars under C(nodes) (read once, as each read of hostvars costs the controller time per
         node), the group and play hosts, what setup recorded on the head (C(head_torchrun),
-        C(head_mpiexec), C(head_mpirun)), and C(reserved_action) (what -e action= gave; refused,
-        as Ansible reserves the name)). The checks are
+        C(head_mpiexec), C(head_mpirun)), C(reserved_action) (what -e action= gave; refused,
+        as Ansible reserves the name)), and C(facts_pending) (setup's facts are to be read back
+        from the nodes: the checks that need them wait for that). The checks are
         C(plugins/module_utils/_launch_request.py)'s C(problems()).
     type: dict
     required: true

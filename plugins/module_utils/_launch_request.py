@@ -419,6 +419,8 @@ def problems(request: dict) -> list[str]:
         found = _start_problems(request) + _scheduler_problems(request) + restart_problems(
             request.get("restart") or {}, len(request["group_hosts"]), request["mode"],
             str(request.get("scheduler") or "none"))
+    if request.get("facts_pending"):
+        return found  # setup's facts are read back from the nodes next, and checked then
     # setup.yml caches both; a node without them was never set up, or its cache expired.
     without_setup = [node["inventory_hostname"] for node in request["nodes"]
                      if "preflight_net" not in node or "python_env_torchrun" not in node]

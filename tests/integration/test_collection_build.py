@@ -100,7 +100,7 @@ def test_setup_then_launch_from_the_installed_collection_elsewhere(installed, cl
                             cwd=elsewhere, env=env, capture_output=True, text=True, check=False, timeout=900)
     output = launch.stdout + launch.stderr
     assert launch.returncode == 0, output[-3000:]
-    read = output.split("TASK [Read the facts setup recorded on the nodes the fact cache lacks", 1)[1].split("TASK [", 1)[0]
+    read = output.split("Read the facts setup recorded on the nodes the fact cache lacks]", 1)[1].split("TASK [", 1)[0]
     assert read.count("(item=") == 3, read  # every node's, read back from the node
     assert re.search(r"run tf-\S+: rc 0, world size 3", output), output[-3000:]
     assert not (elsewhere / ".cache").exists()

@@ -145,6 +145,14 @@ def test_the_reserved_name_action_is_refused_alone(request_, given, said):
     assert launch_problems(request_) == [said]
 
 
+def test_the_checks_that_need_setups_facts_wait_while_they_are_read_back(request_):
+    del request_["nodes"][2]["preflight_net"]
+    request_["facts_pending"] = True
+    assert launch_problems(request_) == []
+    request_["master_port"] = "abc"
+    assert "master_port" in " ".join(launch_problems(request_))  # the controller's own checks run first
+
+
 def test_a_restart_needs_the_run_it_restarts(request_):
     request_.update(action="restart", run_id="", script="")
     assert launch_problems(request_) == [
