@@ -18,13 +18,14 @@ description:
 options:
   _input:
     description:
-      - The request as the launch role's validate.yml gathers it (the launch options by their
-        short names, the list options under C(lists), the Slurm ones under C(slurm), each node's
-        hostvars under C(nodes) (read once, as each read of hostvars costs the controller time per
-        node), the group and play hosts, what setup recorded on the head (C(head_torchrun),
-        C(head_mpiexec), C(head_mpirun)), C(reserved_action) (what -e action= gave; refused,
-        as Ansible reserves the name)), and C(facts_pending) (setup's facts are to be read back
-        from the nodes, and the checks that need them wait for that). The checks are
+      - The request as the launch role's validate.yml gathers it. C(variables) holds the launch
+        role's variables as given (every C(launch_) variable; the option table says which are the
+        options). Beside them, what only the play knows - each node's hostvars under C(nodes)
+        (read once, as each read of hostvars costs the controller time per node), C(group_hosts)
+        and C(play_hosts), what setup recorded on the head (C(head_torchrun), C(head_mpiexec),
+        C(head_mpirun)), C(reserved_action) (what -e action= gave; refused, as Ansible reserves
+        the name), and C(facts_pending) (setup's facts are to be read back from the nodes, and
+        the checks that need them wait for that). The checks are
         C(plugins/module_utils/_launch_request.py)'s C(problems()).
     type: dict
     required: true

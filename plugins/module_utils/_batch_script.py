@@ -33,7 +33,7 @@ def for_allocation(plan, fmt: str, nodes: int, slots: int, run_id: str | None = 
         extra += ("--mca", "plm", "slurm")
     return dataclasses.replace(plan, nodes=placeholders, head="node0", hostfile_path=HOSTFILE,
                                run_id=run_id or RUN_ID, mpirun_extra_args=extra,
-                               ssh_control_path=None, tree_spawn=False)
+                               ssh_control_path=None)
 
 
 def _word(word: str) -> str:

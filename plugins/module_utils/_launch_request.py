@@ -399,10 +399,31 @@ def _scheduler_problems(request: dict) -> list[str]:
     return problems
 
 
+LIST_OPTIONS = ("script_args", "files", "env_pass", "env_secrets", "mpirun_extra_args")
+RESTART_OPTIONS = ("max_restarts", "min_nodes", "restart_wait", "final_exit_codes")
+
+
+def _from_role_variables(variables: Mapping) -> dict:
+    """The request problems() reads, from the launch role's variables as given (untyped: a bad
+    value is for problems() to name): each option by its name, the lists, Slurm's and the
+    restarts' options gathered."""
+    given = {option.name: variables[option.role_name] for option in OPTIONS
+             if option.role_name and option.role_name in variables}
+    return {**given, "head": given.get("head_node"),
+            "lists": {name: given.get(name) or [] for name in LIST_OPTIONS},
+            "slurm": {name[len("slurm_"):]: given[name] for name in given
+                      if name.startswith("slurm_") and name != "slurm_extra_args"},
+            "restart": {name: given[name] for name in RESTART_OPTIONS if name in given}}
+
+
 def problems(request: dict) -> list[str]:
     """What is wrong with a launch request, one message per problem naming the variable, its
     value and the fix; empty when it is good. `request` is what the launch role's validate.yml
-    gathers (see the launch_problems filter's documentation)."""
+    gathers (see the launch_problems filter's documentation): the role's variables under
+    `variables`, and what only the play knows (the nodes, the head's facts)."""
+    if "variables" in request:
+        request = {**_from_role_variables(request["variables"]),
+                   **{key: value for key, value in request.items() if key != "variables"}}
     # -e action=stop was launch.yml's stop before launch_action; Ansible reserves the name.
     given = request.get("reserved_action")
     if given:
@@ -504,7 +525,7 @@ def module_refusal(request: Mapping) -> str | None:
     cannot say: what cannot run under Slurm (the role's problems() said it earlier, by the
     role's names, but the module is also called directly)."""
     req = with_defaults(request)
-    restart = {key: req[key] for key in ("max_restarts", "min_nodes", "restart_wait", "final_exit_codes")}
+    restart = {key: req[key] for key in RESTART_OPTIONS}
     found = restart_problems(restart, len(req["nodes"] or ()), req["mode"], req["scheduler"])
     if req["scheduler"] == "slurm":
         found += _slurm_conflicts(req["mode"], bool(req["tree_spawn"]), "mode")

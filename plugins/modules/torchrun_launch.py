@@ -723,7 +723,7 @@ port_holders:
   returned: when the port was taken
   type: list
   elements: str
-  sample: ["pid 4242 (python3 -m http.server 29500)"]
+  sample: ["pid 4242 (python3 train.py)"]
 survivors:
   description: Processes of a run still alive after SIGKILL (the module then fails).
   returned: when a process survived

@@ -1,6 +1,6 @@
 """Writes what the launch option table (plugins/module_utils/_launch_request.py) declares:
-roles/launch/meta/argument_specs.yml's options, roles/launch/defaults/main.yml, and the short
-names launch.yml maps (the block between its BEGIN/END lines).
+roles/launch/meta/argument_specs.yml's options and roles/launch/defaults/main.yml (launch.yml
+takes the short names from the table itself, through the launch_options lookup).
 
     python tests/lint/launch_options.py          # write them
     python tests/lint/launch_options.py --check  # `make lint`: fail naming the files out of date
@@ -18,15 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / ".collections"))
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (  # noqa: E402
-    role_options, short_names)
+    role_options)
 
 ROLE = ROOT / "roles" / "launch"
 SPEC = ROLE / "meta" / "argument_specs.yml"
 DEFAULTS = ROLE / "defaults" / "main.yml"
-PLAYBOOK = ROOT / "playbooks" / "launch.yml"
 WRITER = "tests/lint/launch_options.py from the option table in plugins/module_utils/_launch_request.py"
-BEGIN = "      # BEGIN names written by tests/lint/launch_options.py: do not edit\n"
-END = "      # END names\n"
 
 
 def _yaml(data, indent: int) -> str:
@@ -53,15 +50,8 @@ def defaults_text() -> str:
     return "".join(lines)
 
 
-def playbook_text() -> str:
-    text = PLAYBOOK.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    names = "".join(f"      {short}: [{', '.join(roles)}]\n" for short, roles in short_names().items())
-    return text[:start] + names + text[end:]
-
-
 def main(argv: list[str]) -> int:
-    wanted = {SPEC: spec_text(), DEFAULTS: defaults_text(), PLAYBOOK: playbook_text()}
+    wanted = {SPEC: spec_text(), DEFAULTS: defaults_text()}
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if "--check" in argv:
         for path in stale:

@@ -191,3 +191,23 @@ def test_open_mpi_modes_refuse_a_head_with_mpich_alone(request_):
         "launch_mode=mpich"), problems
     request_["head_mpirun"] = "/usr/bin/mpirun.openmpi"  # both installed: fine
     assert launch_problems(request_) == []
+
+
+def test_the_roles_variables_are_read_as_the_request_they_make(request_):
+    """validate.yml hands the filter every launch_ variable as given; the table says which are
+    options, and what it reads of them is the request the checks read."""
+    lists = request_.pop("lists")
+    variables = {"launch_action": "start", "launch_script": "missing.py", "launch_shared_storage": False,
+                 **{f"launch_{key}": value for key, value in lists.items()},
+                 "launch_nproc_per_node": "0", "launch_master_port": "70000", "launch_log_dir": "runs",
+                 "launch_group": "cluster", "launch_mode": "torchrun", "launch_head": "node0",
+                 "launch_scheduler": "none", "launch_slurm_partition": "gpu", "launch_max_restarts": "x",
+                 "launch_result": {"not": "an option"}}
+    play = {key: request_[key] for key in ("nodes", "group_hosts", "play_hosts", "head_torchrun")}
+    nested = {**request_, "script": "missing.py", "nproc_per_node": "0", "master_port": "70000",
+              "log_dir": "runs", "slurm": {"partition": "gpu"}, "scheduler": "none", "lists": lists,
+              "restart": {"max_restarts": "x"}}
+    found = launch_problems({"variables": variables, **play})
+    assert found == launch_problems(nested)
+    assert [line.split(" ")[0] for line in found] == [
+        "The", "nproc_per_node", "master_port", "log_dir", "slurm_partition", "max_restarts"]

@@ -1,0 +1,61 @@
+# -*- coding: utf-8 -*-
+# Copyright: torchfleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Lookup `torchfleet.cluster.launch_options`: what the launch option table declares, for plays."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: launch_options
+author:
+  - torchfleet developers (@torchfleet)
+short_description: What the launch option table declares, for the playbooks and roles
+version_added: 1.0.0
+description:
+  - Reads the one table that declares the launch options
+    (C(plugins/module_utils/_launch_request.py)), so that a playbook or another role takes a
+    launch option's short name or default from it instead of writing it again.
+options:
+  _terms:
+    description:
+      - V(short_names) gives the names typed with C(-e) (C(script), C(nproc_per_node), ...), each
+        with the launch role's variables that take its value, as launch.yml maps them.
+      - V(defaults) gives each launch option's default, by the option's name.
+    type: list
+    elements: str
+    required: true
+    choices: [short_names, defaults]
+"""
+
+EXAMPLES = r"""
+- name: Map the short names launch.yml takes
+  ansible.builtin.debug:
+    msg: "{{ lookup('torchfleet.cluster.launch_options', 'short_names') }}"
+
+- name: The launch's default rendezvous port
+  ansible.builtin.debug:
+    msg: "{{ lookup('torchfleet.cluster.launch_options', 'defaults').master_port }}"
+"""
+
+RETURN = r"""
+_raw:
+  description: One mapping per term, as the term names.
+  type: list
+  elements: dict
+"""
+
+from ansible.errors import AnsibleError
+from ansible.plugins.lookup import LookupBase
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (
+    OPTIONS, short_names)
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        views = {"short_names": short_names,
+                 "defaults": lambda: {option.name: option.default for option in OPTIONS}}
+        unknown = [term for term in terms if term not in views]
+        if unknown:
+            raise AnsibleError(f"launch_options knows {' and '.join(views)}, not {', '.join(map(str, unknown))}")
+        return [views[term]() for term in terms]
