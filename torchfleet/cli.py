@@ -202,8 +202,11 @@ def _restart(args: argparse.Namespace) -> int:
 def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
     """Run launch.yml for a run that starts (a launch, or a restart of a run that ended),
     detached on the head, then follow it here to its end unless --detach."""
+    from torchfleet import follow
     from torchfleet.run import CtrlC
 
+    if not args.detach:  # ready to follow the run the moment the playbook returns
+        follow.load_ssh_connection()
     ctrl_c = CtrlC()
     try:
         outcome = _playbook(args, "launch", ctrl_c=ctrl_c, run_id=run_id, detach=True,
@@ -245,29 +248,33 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
 def _launched_target(outcome, args: argparse.Namespace) -> dict:
     """The head and how to reach it, as the launch playbook told (set_stats: the connection
     variables as Ansible resolved them), so the inventory need not be read again."""
-    from torchfleet import follow
-
     told = outcome.progress.stats.get("artifact_data", {}).get("torchfleet_run")
-    if not told:
+    if not told or told.get("passwords_in_inventory"):  # never told: read them there
         return _follow_target(args)
     hostvars = {key: value for key, value in told["connection"].items() if value not in (None, "")}
-    head = follow.Head(name=told["head"], user=told["user"], log_dir=told["log_dir"],
-                       ssh=follow.ssh_argv(told["head"], hostvars))
-    return {"head": head, "hostvars": hostvars}
+    return {"head": _head(args, told["head"], told["user"], told["log_dir"], hostvars), "hostvars": hostvars}
+
+
+def _head(args: argparse.Namespace, name: str, user: str, log_dir: str, hostvars: dict):
+    """The head as the stream reaches it: Ansible's ssh for it, with -u, --private-key and -K."""
+    from torchfleet import follow
+
+    try:
+        ssh, login = follow.ssh_login(name, hostvars, getattr(args, "user", None),
+                                      getattr(args, "private_key", None))
+    except follow.FollowError as error:
+        raise UsageError(str(error)) from None
+    return follow.Head(name=name, user=user, log_dir=log_dir, ssh=ssh, login=login,
+                       become_password=follow.become_password(hostvars, getattr(args, "become_password", None)))
 
 
 def _follow_target(args: argparse.Namespace) -> dict:
     """The head and the ssh that reaches it, from the inventory (see inventory.cluster_vars)."""
-    from torchfleet import follow
     from torchfleet.inventory import cluster_vars
 
     found = cluster_vars(args.inventory, args.extra_vars)
-    try:
-        ssh = follow.ssh_argv(found["head"], found["hostvars"])
-    except follow.FollowError as error:
-        raise UsageError(str(error)) from None
-    head = follow.Head(name=found["head"], user=found["user"], log_dir=found["log_dir"], ssh=ssh)
-    return {"head": head, "hostvars": found["hostvars"]}
+    return {"head": _head(args, found["head"], found["user"], found["log_dir"], found["hostvars"]),
+            "hostvars": found["hostvars"]}
 
 
 def _shown_ranks(args: argparse.Namespace) -> str:

@@ -12,12 +12,18 @@ CHECKOUT = PACKAGE.parent
 MODULE_UTILS = "ansible_collections.torchfleet.cluster.plugins.module_utils"
 
 
-def collections_path() -> Path:
-    """The directory to put in ANSIBLE_COLLECTIONS_PATH (it holds ansible_collections/)."""
+def checkout() -> Path | None:
+    """The checkout this package runs from (its collection linked in .collections); None when
+    installed from the wheel."""
     linked = CHECKOUT / ".collections"
     if (CHECKOUT / "galaxy.yml").is_file() and (linked / "ansible_collections/torchfleet/cluster").is_dir():
-        return linked
-    return PACKAGE / "collection"
+        return CHECKOUT
+    return None
+
+
+def collections_path() -> Path:
+    """The directory to put in ANSIBLE_COLLECTIONS_PATH (it holds ansible_collections/)."""
+    return CHECKOUT / ".collections" if checkout() else PACKAGE / "collection"
 
 
 def collection_root() -> Path:

@@ -3,9 +3,10 @@
 A run's supervisor keeps the run's record and launcher.log in the run's directory on the head;
 here the controller runs the head package's record.py there over ssh (`python3 -S -c`, the
 standard library alone) and reads what it prints: "L <line>" for each line of output, then
-"E <record>" when the run has ended. The ssh command is built from the inventory's own connection
-settings for the head (address, port, user, key, ansible_ssh_common_args such as ProxyJump), and
-host keys are checked as for Ansible: nothing here turns checking off.
+"E <record>" when the run has ended. The ssh command is the one Ansible's own ssh connection
+builds for the head (its variables, ansible.cfg's [ssh_connection] and the ANSIBLE_SSH_*
+settings: a bastion configured for Ansible is a bastion for the stream), and host keys are checked
+as torchfleet's playbooks check them: nothing here turns checking off.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 
 from torchfleet.collection import module_util
@@ -32,33 +34,97 @@ class Head:
     user: str          # the training account, which owns the runs
     log_dir: str       # where the runs' directories are, `~user/...` for the training account's home
     ssh: list[str]     # ssh argv up to (and with) the destination
+    become_password: str | None = None  # sudo's, where the login account needs one (-K)
+    login: str | None = None  # the account ssh logs in as, where Ansible's settings name one
 
 
-def ssh_argv(name: str, hostvars: dict) -> list[str]:
-    """ssh to a host as Ansible's ssh connection would reach it, from its inventory variables."""
-    ssh = shutil.which("ssh")
-    if not ssh:
-        raise FollowError("no ssh on this machine: install openssh-client to follow runs")
-    argv = [ssh, "-o", "BatchMode=yes"]
-    if hostvars.get("ansible_port"):
-        argv += ["-p", str(hostvars["ansible_port"])]
-    if hostvars.get("ansible_ssh_private_key_file"):
-        argv += ["-i", os.path.expanduser(str(hostvars["ansible_ssh_private_key_file"]))]
-    if hostvars.get("ansible_user"):
-        argv += ["-l", str(hostvars["ansible_user"])]
-    for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
-        argv += shlex.split(str(hostvars.get(key) or ""))
-    return argv + [str(hostvars.get("ansible_host") or name)]
+# Passwords of the ssh login itself: Ansible hands them to sshpass or an askpass helper of its
+# own, which a stream cannot share; refused by name rather than left to hang on a prompt.
+LOGIN_PASSWORDS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password")
+BECOME_PASSWORDS = ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass")
+
+
+_loading: threading.Thread | None = None
+
+
+def load_ssh_connection() -> None:
+    """Load Ansible's ssh connection plugin in the background (about 0.2 s of imports here), while
+    a launch's playbook runs, so that following the run afterwards costs nothing more."""
+    global _loading
+    if _loading is None:
+        _loading = threading.Thread(target=_new_ssh_connection, daemon=True)
+        _loading.start()
+
+
+def _new_ssh_connection():
+    from ansible.playbook.play_context import PlayContext
+    from ansible.plugins.loader import connection_loader
+
+    # By its short name: the loader finds the builtin plugin without Ansible's collection finder,
+    # which this process must not install (module_util imports the collection from sys.path).
+    return connection_loader.get("ssh", PlayContext(), None)
+
+
+def _ssh_connection():
+    if _loading is not None:
+        _loading.join()  # one load at a time; the plugin loader caches what it loaded
+    return _new_ssh_connection()
+
+
+def ssh_argv(name: str, hostvars: dict, user: str | None = None, private_key: str | None = None) -> list[str]:
+    """ssh to a host exactly as Ansible reaches it (see ssh_login)."""
+    return ssh_login(name, hostvars, user, private_key)[0]
+
+
+def ssh_login(name: str, hostvars: dict, user: str | None = None,
+              private_key: str | None = None) -> tuple[list[str], str | None]:
+    """(ssh argv, the account it logs in as) to a host exactly as Ansible's ssh connection reaches it: the command its own builder
+    makes from the host's variables (address, port, user, key, ansible_ssh_common_args and
+    ansible_ssh_extra_args, ansible_ssh_executable) and Ansible's configuration (ansible.cfg's
+    ssh_args, ANSIBLE_SSH_ARGS, its ControlPersist). `user` and `private_key`: -u and
+    --private-key, which the host's own variables override, as in ansible-playbook. Host keys are
+    checked whatever the configuration says, as torchfleet's playbooks run (ANSIBLE_HOST_KEY_CHECKING)."""
+    given = [key for key in LOGIN_PASSWORDS if hostvars.get(key)]
+    if given:
+        raise FollowError(f"{name} is reached with a login password ({given[0]}), which torchfleet's "
+                          f"stream of a run cannot give ssh: give the account an ssh key "
+                          f"(ansible_ssh_private_key_file), or follow the run on the head itself")
+    from ansible.errors import AnsibleError
+
+    connection = _ssh_connection()
+    variables = {"inventory_hostname": name, **({"ansible_user": user} if user else {}),
+                 **({"ansible_ssh_private_key_file": private_key} if private_key else {}), **hostvars}
+    try:
+        connection.set_options(var_options=variables, direct={"host_key_checking": True})
+        executable = connection.get_option("ssh_executable")
+        if not shutil.which(executable):
+            raise FollowError(f"no {executable} on this machine: install openssh-client to follow runs")
+        # BatchMode: a prompt (a host key not known, a key's passphrase) fails the stream at once.
+        argv = connection._build_command(executable, "ssh", "-o", "BatchMode=yes",
+                                         connection.get_option("host") or name)
+        login = connection.get_option("remote_user")
+    except AnsibleError as error:
+        raise FollowError(f"cannot build the ssh command that reaches {name} as Ansible would: {error}") from None
+    return [os.fsdecode(arg) for arg in argv], (str(login) if login else None)
+
+
+def become_password(hostvars: dict, given: str | None = None) -> str | None:
+    """sudo's password for the head: -K's, else the inventory's (ansible_become_password)."""
+    if given is not None:
+        return given
+    return next((str(hostvars[key]) for key in BECOME_PASSWORDS if hostvars.get(key)), None)
 
 
 def remote_command(head: Head, hostvars: dict, args: list[str]) -> str:
     """`python3 -S -c <record.py> ARGS` on the head, as the training account unless the
-    connection's account is it or root (which reads the runs as they are)."""
+    connection's account is it or root (which reads the runs as they are): through sudo, which
+    reads its password from the stream's stdin when one was given (-K, ansible_become_password)."""
     source = module_util("_head").source("record")
     argv = ["python3", "-S", "-c", source, *args]
-    login = str(hostvars.get("ansible_user") or "")
+    login = head.login or str(hostvars.get("ansible_user") or "")
     if login not in (head.user, "root"):
-        argv = ["sudo", "-n", "-u", head.user, "--", *argv]
+        sudo = ["sudo", "-S", "-p", ""] if head.become_password is not None else ["sudo", "-n"]
+        argv = [*sudo, "-u", head.user, "--", *argv]
     return shlex.join(argv)
 
 
@@ -76,9 +142,16 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
     # ssh ignores a terminal's Ctrl-C (it keeps a signal ignored across exec): the Ctrl-C is for
     # this process, which decides what it means. Ansible-runner's handler for it is replaced.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    proc = subprocess.Popen([*head.ssh, command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, errors="replace",
+    password = head.become_password
+    proc = subprocess.Popen([*head.ssh, command], stdin=subprocess.DEVNULL if password is None else subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    if password is not None:  # sudo -S reads it first; the follower reads no stdin
+        try:
+            proc.stdin.write(password + "\n")
+            proc.stdin.close()
+        except BrokenPipeError:  # ssh already gone: its stderr says why, below
+            pass
     record = None
     try:
         for raw in proc.stdout:

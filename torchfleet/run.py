@@ -20,15 +20,24 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchfleet.collection import collections_path
+from torchfleet.collection import checkout, collections_path
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-def fact_cache_dir(cwd: Path | None = None) -> Path:
+def fact_cache_dir() -> Path:
+    """Where the command's playbooks cache setup's facts, whatever directory it runs from:
+    ANSIBLE_CACHE_PLUGIN_CONNECTION when set; from a checkout, its .cache/facts (where its
+    ansible.cfg has ansible-playbook cache them); else torchfleet's XDG state directory. Never the
+    current directory: the facts also live on each node (/etc/ansible/facts.d), so a cache
+    elsewhere costs one round trip, not a wrong launch."""
     configured = os.environ.get("ANSIBLE_CACHE_PLUGIN_CONNECTION")
-    return Path(configured) if configured else (cwd or Path.cwd()) / ".cache" / "facts"
+    if configured:
+        return Path(configured)
+    if checkout():
+        return checkout() / ".cache" / "facts"
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "torchfleet" / "facts"
 
 
 def ansible_env() -> dict[str, str]:

@@ -57,7 +57,7 @@ def write_facts(cache: Path, host: str, address: str, gpus: int, legacy: bool = 
 def project(tmp_path, monkeypatch):
     """A directory with a script, a two-node inventory and a fact cache, as after setup."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", raising=False)
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path / ".cache" / "facts"))
     (tmp_path / "train.py").write_text("print('hi')\n")
     write_inventory(tmp_path / "hosts.yml",
                     {"gpu01": {"ansible_host": "192.0.2.11"}, "gpu02": {"ansible_host": "192.0.2.12"}},
@@ -470,3 +470,16 @@ def test_vaulted_extra_vars_and_ansibles_own_options(project, capsys):
                                         "--vault-password-file", "pass.txt", "--ask-become-pass", "-e", "x=1"]
     args.become_password = "pw"
     assert list(cli._passwords(args).values()) == ["pw"]
+
+
+def test_the_fact_cache_is_never_in_the_directory_the_command_runs_from(tmp_path, monkeypatch):
+    from torchfleet import collection, run as runner
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert runner.fact_cache_dir() == collection.CHECKOUT / ".cache" / "facts"  # where the checkout's playbooks cache
+    monkeypatch.setattr(runner, "checkout", lambda: None)  # installed from the wheel
+    assert runner.fact_cache_dir() == tmp_path / "state" / "torchfleet" / "facts"
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", "/srv/facts")
+    assert runner.fact_cache_dir() == Path("/srv/facts")

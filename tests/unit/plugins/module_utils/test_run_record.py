@@ -169,14 +169,64 @@ def test_the_keys_torchfleet_runs_lists_are_documented_keys_of_the_record():
 # The controller's side (torchfleet/follow.py)
 # ---------------------------------------------------------------------------------------------
 
-def test_ssh_argv_follows_the_inventorys_connection_settings():
+def _options(argv):
+    """ssh's `-o` settings in `argv`, in order; and what is left (the flags and the destination)."""
+    options, rest, words = [], [], iter(argv[1:])
+    for word in words:
+        if word == "-o":
+            options.append(next(words))
+        else:
+            rest.append(word)
+    return options, rest
+
+
+def test_ssh_argv_is_the_command_ansibles_ssh_connection_builds(monkeypatch):
+    monkeypatch.delenv("ANSIBLE_SSH_ARGS", raising=False)
     argv = follow.ssh_argv("gpu01", {"ansible_host": "10.0.0.1", "ansible_port": 2222, "ansible_user": "admin",
                                      "ansible_ssh_private_key_file": "/k/id",
                                      "ansible_ssh_common_args": "-o ProxyJump=bastion -o UserKnownHostsFile=/k/kh"})
-    assert argv[1:] == ["-o", "BatchMode=yes", "-p", "2222", "-i", "/k/id", "-l", "admin",
-                        "-o", "ProxyJump=bastion", "-o", "UserKnownHostsFile=/k/kh", "10.0.0.1"]
+    options, rest = _options(argv)
+    assert rest == ["-C", "10.0.0.1"]  # Ansible's default ssh_args keep compression on
+    for wanted in ("Port=2222", 'IdentityFile="/k/id"', 'User="admin"', "ProxyJump=bastion",
+                   "UserKnownHostsFile=/k/kh", "ControlMaster=auto", "BatchMode=yes", "PasswordAuthentication=no"):
+        assert wanted in options, (wanted, argv)
     assert not any("StrictHostKeyChecking=no" in word for word in argv)
     assert follow.ssh_argv("gpu01", {})[-1] == "gpu01"
+
+
+def test_ssh_argv_takes_ansibles_configuration_and_ansible_ssh_args(monkeypatch, tmp_path):
+    # ansible.cfg's [ssh_connection] ssh_args (a bastion configured for Ansible alone), and the
+    # variable that overrides it; a configuration that turns host key checking off is not obeyed.
+    monkeypatch.delenv("ANSIBLE_SSH_ARGS", raising=False)
+    config = tmp_path / "ansible.cfg"
+    config.write_text("[defaults]\nhost_key_checking = False\n[ssh_connection]\n"
+                      "ssh_args = -o ProxyJump=ops@bastion.example -o ServerAliveInterval=5\n")
+    code = ("import json, sys; from torchfleet import follow; "
+            "print(json.dumps(follow.ssh_argv('gpu01', json.loads(sys.argv[1]))))")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(config)}
+    argv = json.loads(subprocess.run([sys.executable, "-c", code, "{}"], env=env, capture_output=True,
+                                     text=True, check=True).stdout)
+    options = _options(argv)[0]
+    assert options[:2] == ["ProxyJump=ops@bastion.example", "ServerAliveInterval=5"], argv
+    assert "ControlMaster=auto" not in options  # ssh_args replaces Ansible's defaults, as in Ansible
+    assert not any("StrictHostKeyChecking=no" in option for option in options)
+    env["ANSIBLE_SSH_ARGS"] = "-o ProxyJump=other"
+    argv = json.loads(subprocess.run([sys.executable, "-c", code, '{"ansible_ssh_args": "-o ProxyJump=mine"}'],
+                                     env=env, capture_output=True, text=True, check=True).stdout)
+    assert _options(argv)[0][0] == "ProxyJump=mine", argv  # the host's variable over the environment
+
+
+def test_ssh_login_takes_u_and_private_key_under_the_hosts_own_variables(monkeypatch):
+    monkeypatch.delenv("ANSIBLE_SSH_ARGS", raising=False)
+    argv, login = follow.ssh_login("gpu01", {}, user="ops", private_key="/k/ops")
+    assert login == "ops" and 'User="ops"' in argv and 'IdentityFile="/k/ops"' in argv
+    argv, login = follow.ssh_login("gpu01", {"ansible_user": "admin"}, user="ops")
+    assert login == "admin" and 'User="admin"' in argv
+
+
+def test_a_login_password_is_refused_by_name():
+    with pytest.raises(follow.FollowError, match="login password \\(ansible_password\\).*ssh key"):
+        follow.ssh_argv("gpu01", {"ansible_password": "x"})
 
 
 def test_head_account_reads_head_account_and_log_dir():
@@ -194,6 +244,13 @@ def test_remote_command_switches_to_the_training_account_only_when_needed():
     assert follow.remote_command(head, {"ansible_user": "torchfleet"}, ["follow", "x"]).startswith("python3 ")
     assert follow.remote_command(head, {"ansible_user": "admin"}, ["follow", "x"]).startswith(
         "sudo -n -u torchfleet -- python3 -S -c ")
+    # The account ssh logs in as (Ansible's remote_user, -u) decides, and a become password
+    # (-K, ansible_become_password) is read by sudo from the stream's stdin.
+    head.login = "ops"
+    assert follow.remote_command(head, {}, ["follow", "x"]).startswith("sudo -n -u torchfleet -- ")
+    head.become_password = follow.become_password({"ansible_become_password": "s3"})
+    assert head.become_password == "s3" and follow.become_password({}, "given") == "given"
+    assert follow.remote_command(head, {}, ["follow", "x"]).startswith("sudo -S -p '' -u torchfleet -- ")
 
 
 @pytest.mark.parametrize("record, code", [
