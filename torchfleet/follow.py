@@ -81,7 +81,7 @@ def ssh_login(name: str, hostvars: dict, user: str | None = None,
     """(ssh argv, the account it logs in as) to a host exactly as Ansible's ssh connection reaches it: the command its own builder
     makes from the host's variables (address, port, user, key, ansible_ssh_common_args and
     ansible_ssh_extra_args, ansible_ssh_executable) and Ansible's configuration (ansible.cfg's
-    ssh_args, ANSIBLE_SSH_ARGS, its ControlPersist). `user` and `private_key`: -u and
+    ssh_args, ANSIBLE_SSH_ARGS), but with a connection of its own (no ControlPersist master). `user` and `private_key`: -u and
     --private-key, which the host's own variables override, as in ansible-playbook. Host keys are
     checked whatever the configuration says, as torchfleet's playbooks run (ANSIBLE_HOST_KEY_CHECKING)."""
     given = [key for key in LOGIN_PASSWORDS if hostvars.get(key)]
@@ -105,6 +105,10 @@ def ssh_login(name: str, hostvars: dict, user: str | None = None,
         login = connection.get_option("remote_user")
     except AnsibleError as error:
         raise FollowError(f"cannot build the ssh command that reaches {name} as Ansible would: {error}") from None
+    # A connection of its own, never through a ControlPersist master (first given, so it wins over
+    # Ansible's settings): a master would hold the stream's pipes, and the run's follower on the
+    # head, after this end of it is gone, and for as long as it persists.
+    argv = [argv[0], b"-o", b"ControlPath=none", *argv[1:]]
     return [os.fsdecode(arg) for arg in argv], (str(login) if login else None)
 
 
@@ -165,8 +169,10 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.wait()
-        said = proc.stderr.read().strip()
+        try:
+            said = proc.communicate(timeout=5)[1].strip()
+        except subprocess.TimeoutExpired:  # a process ssh started (a ProxyCommand) still holds it
+            said = ""
     if record is None:
         raise FollowError(f"lost the run's output stream from {head.name} (ssh exited {proc.returncode}"
                           f"{': ' + said.splitlines()[-1] if said else ''})")

@@ -13,25 +13,19 @@ short_description: What the launch option table declares, for the playbooks and 
 version_added: 1.0.0
 description:
   - Reads the one table that declares the launch options
-    (C(plugins/module_utils/_launch_request.py)), so that a playbook or another role takes a
-    launch option's short name or default from it instead of writing it again.
+    (C(plugins/module_utils/_launch_request.py)), so that another role (the doctor's) takes a
+    launch option's default from it instead of writing it again.
 options:
   _terms:
     description:
-      - V(short_names) gives the names typed with C(-e) (C(script), C(nproc_per_node), ...), each
-        with the launch role's variables that take its value, as launch.yml maps them.
       - V(defaults) gives each launch option's default, by the option's name.
     type: list
     elements: str
     required: true
-    choices: [short_names, defaults]
+    choices: [defaults]
 """
 
 EXAMPLES = r"""
-- name: Map the short names launch.yml takes
-  ansible.builtin.debug:
-    msg: "{{ lookup('torchfleet.cluster.launch_options', 'short_names') }}"
-
 - name: The launch's default rendezvous port
   ansible.builtin.debug:
     msg: "{{ lookup('torchfleet.cluster.launch_options', 'defaults').master_port }}"
@@ -47,14 +41,12 @@ _raw:
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (
-    OPTIONS, short_names)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import OPTIONS
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        views = {"short_names": short_names,
-                 "defaults": lambda: {option.name: option.default for option in OPTIONS}}
+        views = {"defaults": lambda: {option.name: option.default for option in OPTIONS}}
         unknown = [term for term in terms if term not in views]
         if unknown:
             raise AnsibleError(f"launch_options knows {' and '.join(views)}, not {', '.join(map(str, unknown))}")

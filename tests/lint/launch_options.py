@@ -1,6 +1,8 @@
 """Writes what the launch option table (plugins/module_utils/_launch_request.py) declares:
-roles/launch/meta/argument_specs.yml's options and roles/launch/defaults/main.yml (launch.yml
-takes the short names from the table itself, through the launch_options lookup).
+roles/launch/meta/argument_specs.yml's options, roles/launch/defaults/main.yml, the short names
+launch.yml maps, and the role variables validate.yml hands the request check (the blocks between
+their BEGIN/END lines: written out, as a lookup or a query of every variable costs each launch
+tens of milliseconds).
 
     python tests/lint/launch_options.py          # write them
     python tests/lint/launch_options.py --check  # `make lint`: fail naming the files out of date
@@ -18,12 +20,18 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / ".collections"))
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (  # noqa: E402
-    role_options)
+    BY_NAME, CHECKED_OPTIONS, role_options, short_names)
 
 ROLE = ROOT / "roles" / "launch"
 SPEC = ROLE / "meta" / "argument_specs.yml"
 DEFAULTS = ROLE / "defaults" / "main.yml"
+PLAYBOOK = ROOT / "playbooks" / "launch.yml"
+VALIDATE = ROLE / "tasks" / "validate.yml"
 WRITER = "tests/lint/launch_options.py from the option table in plugins/module_utils/_launch_request.py"
+BEGIN = "      # BEGIN names written by tests/lint/launch_options.py: do not edit\n"
+END = "      # END names\n"
+VARIABLES_BEGIN = "        # BEGIN variables written by tests/lint/launch_options.py: do not edit\n"
+VARIABLES_END = "        # END variables\n"
 
 
 def _yaml(data, indent: int) -> str:
@@ -50,8 +58,27 @@ def defaults_text() -> str:
     return "".join(lines)
 
 
+def _between(path: Path, begin: str, end: str, lines: str) -> str:
+    text = path.read_text()
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    return text[:start] + lines + text[stop:]
+
+
+def playbook_text() -> str:
+    names = "".join(f"      {short}: [{', '.join(roles)}]\n" for short, roles in short_names().items())
+    return _between(PLAYBOOK, BEGIN, END, names)
+
+
+def validate_text() -> str:
+    # A variable with no default may be unset: the check reads it as none.
+    checked = {BY_NAME[name].role_name for name in CHECKED_OPTIONS}
+    variables = "".join(f"        {name}: \"{{{{ {name}{'' if default is not None else ' | default(none)'} }}}}\"\n"
+                        for name, (_spec, default) in role_options().items() if name in checked)
+    return _between(VALIDATE, VARIABLES_BEGIN, VARIABLES_END, variables)
+
+
 def main(argv: list[str]) -> int:
-    wanted = {SPEC: spec_text(), DEFAULTS: defaults_text()}
+    wanted = {SPEC: spec_text(), DEFAULTS: defaults_text(), PLAYBOOK: playbook_text(), VALIDATE: validate_text()}
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if "--check" in argv:
         for path in stale:
