@@ -156,7 +156,7 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
             proc.stdin.close()
         except BrokenPipeError:  # ssh already gone: its stderr says why, below
             pass
-    record = None
+    record, read_to_end = None, False
     try:
         for raw in proc.stdout:
             if raw.startswith(follower.LINE):
@@ -166,9 +166,16 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
                 print(f"torchfleet: {raw[2:].rstrip()}", file=sys.stderr, flush=True)
             elif raw.startswith(follower.END):
                 record = json.loads(raw[2:])
+        read_to_end = True
     finally:
+        if read_to_end:  # ssh's own exit status, not the kill's, for the message below
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         if proc.poll() is None:
             proc.kill()
+        proc.stdin = None  # written and closed above, or never a pipe: nothing left to flush
         try:
             said = proc.communicate(timeout=5)[1].strip()
         except subprocess.TimeoutExpired:  # a process ssh started (a ProxyCommand) still holds it

@@ -505,3 +505,19 @@ def test_a_run_without_restarts_gets_its_one_attempt_from_its_record():
     assert earlier_attempts(lost, _plan())[0]["cause"] == "run r1 is lost: its supervisor is gone"
     listed = [{"attempt": 0, "cause": "x"}, {"attempt": 1, "cause": "y"}]
     assert earlier_attempts(dict(failed, attempts=listed), _plan()) == listed
+
+
+# A stand-in for `ssh HEAD COMMAND` (pure logic of follow(): what reaches ssh's stdin, and how its
+# end is told): sudo -S would read the password first; this prints a run's end when it is right.
+FAKE_SSH = ("import json, sys; given = sys.stdin.readline().rstrip('\\n'); "
+            "ok = given == 's3cret'; print('E ' + json.dumps({'state': 'succeeded'})) if ok else "
+            "sys.exit(sys.stderr.write('sudo: a password is required\\n') and 1)")
+
+
+def test_follow_hands_the_become_password_to_sudo_on_stdin_and_says_why_it_failed():
+    head = follow.Head("h", "torchfleet", "/runs", [sys.executable, "-c", FAKE_SSH], become_password="s3cret",
+                       login="ops")
+    assert follow.follow(head, {}, "tf-1", ranks="none")["state"] == "succeeded"
+    head.become_password = "wrong"
+    with pytest.raises(follow.FollowError, match=r"ssh exited 1: sudo: a password is required"):
+        follow.follow(head, {}, "tf-1", ranks="none")
