@@ -4,6 +4,7 @@ its Python code imported as the package it is: ansible_collections.torchfleet.cl
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,12 @@ def checkout() -> Path | None:
     if (CHECKOUT / "galaxy.yml").is_file() and (linked / "ansible_collections/torchfleet/cluster").is_dir():
         return CHECKOUT
     return None
+
+
+def state_home() -> Path:
+    """torchfleet's XDG state directory: what the command keeps between runs (local clusters'
+    keys, the fact cache of an installed wheel)."""
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "torchfleet"
 
 
 def collections_path() -> Path:

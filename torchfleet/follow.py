@@ -71,19 +71,15 @@ def _ssh_connection():
     return _new_ssh_connection()
 
 
-def ssh_argv(name: str, hostvars: dict, user: str | None = None, private_key: str | None = None) -> list[str]:
-    """ssh to a host exactly as Ansible reaches it (see ssh_login)."""
-    return ssh_login(name, hostvars, user, private_key)[0]
-
-
 def ssh_login(name: str, hostvars: dict, user: str | None = None,
               private_key: str | None = None) -> tuple[list[str], str | None]:
-    """(ssh argv, the account it logs in as) to a host exactly as Ansible's ssh connection reaches it: the command its own builder
-    makes from the host's variables (address, port, user, key, ansible_ssh_common_args and
-    ansible_ssh_extra_args, ansible_ssh_executable) and Ansible's configuration (ansible.cfg's
-    ssh_args, ANSIBLE_SSH_ARGS), but with a connection of its own (no ControlPersist master). `user` and `private_key`: -u and
-    --private-key, which the host's own variables override, as in ansible-playbook. Host keys are
-    checked whatever the configuration says, as torchfleet's playbooks run (ANSIBLE_HOST_KEY_CHECKING)."""
+    """(ssh argv, the account it logs in as) to a host as Ansible's ssh connection reaches it:
+    the command its own builder makes from the host's variables (address, port, user, key,
+    ansible_ssh_common_args and ansible_ssh_extra_args, ansible_ssh_executable) and Ansible's
+    configuration (ansible.cfg's ssh_args, ANSIBLE_SSH_ARGS), but with a connection of its own
+    (no ControlPersist master). `user` and `private_key`: -u and --private-key, which the host's
+    own variables override, as in ansible-playbook. Host keys are checked whatever the
+    configuration says, as torchfleet's playbooks run (ANSIBLE_HOST_KEY_CHECKING)."""
     given = [key for key in LOGIN_PASSWORDS if hostvars.get(key)]
     if given:
         raise FollowError(f"{name} is reached with a login password ({given[0]}), which torchfleet's "

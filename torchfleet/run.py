@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchfleet.collection import checkout, collections_path
+from torchfleet.collection import checkout, collections_path, state_home
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -35,9 +35,9 @@ def fact_cache_dir() -> Path:
     configured = os.environ.get("ANSIBLE_CACHE_PLUGIN_CONNECTION")
     if configured:
         return Path(configured)
-    if checkout():
-        return checkout() / ".cache" / "facts"
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "torchfleet" / "facts"
+    if (root := checkout()) is not None:
+        return root / ".cache" / "facts"
+    return state_home() / "fact_cache"  # beside the local clusters' directories; no cluster name has a '_'
 
 
 def ansible_env() -> dict[str, str]:

@@ -46,8 +46,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        views = {"defaults": lambda: {option.name: option.default for option in OPTIONS}}
-        unknown = [term for term in terms if term not in views]
+        unknown = [str(term) for term in terms if term != "defaults"]
         if unknown:
-            raise AnsibleError(f"launch_options knows {' and '.join(views)}, not {', '.join(map(str, unknown))}")
-        return [views[term]() for term in terms]
+            raise AnsibleError(f"launch_options knows defaults, not {', '.join(unknown)}")
+        return [{option.name: option.default for option in OPTIONS} for _term in terms]

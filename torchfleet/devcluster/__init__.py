@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from torchfleet.collection import state_home
+
 IMAGE = "torchfleet/node:bookworm"
 BASE_IMAGE = "torchfleet/node-base:bookworm"
 PULL_BASE = "debian:bookworm"
@@ -279,8 +281,7 @@ def _wait_slurm(name: str, nodes: int, wait_seconds: int = 90) -> None:
 
 
 def state_dir(name: str) -> Path:
-    base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return base / "torchfleet" / name
+    return state_home() / name
 
 
 def default_inventory_path(name: str) -> Path:

@@ -480,6 +480,6 @@ def test_the_fact_cache_is_never_in_the_directory_the_command_runs_from(tmp_path
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     assert runner.fact_cache_dir() == collection.CHECKOUT / ".cache" / "facts"  # where the checkout's playbooks cache
     monkeypatch.setattr(runner, "checkout", lambda: None)  # installed from the wheel
-    assert runner.fact_cache_dir() == tmp_path / "state" / "torchfleet" / "facts"
+    assert runner.fact_cache_dir() == tmp_path / "state" / "torchfleet" / "fact_cache"
     monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", "/srv/facts")
     assert runner.fact_cache_dir() == Path("/srv/facts")

@@ -182,9 +182,9 @@ def _options(argv):
 
 def test_ssh_argv_is_the_command_ansibles_ssh_connection_builds(monkeypatch):
     monkeypatch.delenv("ANSIBLE_SSH_ARGS", raising=False)
-    argv = follow.ssh_argv("gpu01", {"ansible_host": "10.0.0.1", "ansible_port": 2222, "ansible_user": "admin",
-                                     "ansible_ssh_private_key_file": "/k/id",
-                                     "ansible_ssh_common_args": "-o ProxyJump=bastion -o UserKnownHostsFile=/k/kh"})
+    argv = follow.ssh_login("gpu01", {"ansible_host": "10.0.0.1", "ansible_port": 2222, "ansible_user": "admin",
+                                      "ansible_ssh_private_key_file": "/k/id",
+                                      "ansible_ssh_common_args": "-o ProxyJump=bastion -o UserKnownHostsFile=/k/kh"})[0]
     options, rest = _options(argv)
     assert rest == ["-C", "10.0.0.1"]  # Ansible's default ssh_args keep compression on
     for wanted in ("Port=2222", 'IdentityFile="/k/id"', 'User="admin"', "ProxyJump=bastion",
@@ -193,7 +193,7 @@ def test_ssh_argv_is_the_command_ansibles_ssh_connection_builds(monkeypatch):
     # A connection of its own, first given so that it wins: never through a ControlPersist master.
     assert options[0] == "ControlPath=none", argv
     assert not any("StrictHostKeyChecking=no" in word for word in argv)
-    assert follow.ssh_argv("gpu01", {})[-1] == "gpu01"
+    assert follow.ssh_login("gpu01", {})[0][-1] == "gpu01"
 
 
 def test_ssh_argv_takes_ansibles_configuration_and_ansible_ssh_args(monkeypatch, tmp_path):
@@ -204,7 +204,7 @@ def test_ssh_argv_takes_ansibles_configuration_and_ansible_ssh_args(monkeypatch,
     config.write_text("[defaults]\nhost_key_checking = False\n[ssh_connection]\n"
                       "ssh_args = -o ProxyJump=ops@bastion.example -o ServerAliveInterval=5\n")
     code = ("import json, sys; from torchfleet import follow; "
-            "print(json.dumps(follow.ssh_argv('gpu01', json.loads(sys.argv[1]))))")
+            "print(json.dumps(follow.ssh_login('gpu01', json.loads(sys.argv[1]))[0]))")
     env = {**os.environ, "ANSIBLE_CONFIG": str(config)}
     argv = json.loads(subprocess.run([sys.executable, "-c", code, "{}"], env=env, capture_output=True,
                                      text=True, check=True).stdout)
@@ -228,7 +228,7 @@ def test_ssh_login_takes_u_and_private_key_under_the_hosts_own_variables(monkeyp
 
 def test_a_login_password_is_refused_by_name():
     with pytest.raises(follow.FollowError, match="login password \\(ansible_password\\).*ssh key"):
-        follow.ssh_argv("gpu01", {"ansible_password": "x"})
+        follow.ssh_login("gpu01", {"ansible_password": "x"})
 
 
 def test_head_account_reads_head_account_and_log_dir():
