@@ -177,8 +177,13 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
         except subprocess.TimeoutExpired:  # a process ssh started (a ProxyCommand) still holds it
             said = ""
     if record is None:
+        last = said.splitlines()[-1] if said else ""
+        hint = ""
+        if "sudo:" in last and "password" in last:  # sudo -n, or -S with a wrong password
+            hint = ("; the login account needs sudo's password on the head: give it with -K (--ask-become-pass) "
+                    "or the inventory's ansible_become_password")
         raise FollowError(f"lost the run's output stream from {head.name} (ssh exited {proc.returncode}"
-                          f"{': ' + said.splitlines()[-1] if said else ''})")
+                          f"{': ' + last if last else ''}){hint}")
     return record
 
 

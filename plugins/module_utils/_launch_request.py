@@ -641,5 +641,8 @@ def resolve(request: Mapping, nodes, *, run_id: str, run_dir: str, env_pass=(), 
 
 def reads_worker_files(request: Mapping) -> bool:
     """Whether the head reads the ranks' output from torchrun's files on each node (over the
-    cluster's ssh); otherwise torchrun copies it to the launcher's output (--tee)."""
-    return request["mode"] != "rank" and request["scheduler"] == "none" and not by_pals(request)
+    cluster's ssh; under Slurm too, where the head checks the nodes over ssh: a batch job's
+    output would be torchrun's --tee copies, which lose and glue lines); otherwise torchrun
+    copies it to the launcher's output (--tee): PALS nodes take no ssh."""
+    return request["mode"] != "rank" and not by_pals(request) and (
+        request["scheduler"] == "none" or (request["scheduler"] == "slurm" and request["check_nodes"]))

@@ -10,6 +10,7 @@ import secrets
 import select
 import shlex
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -263,7 +264,13 @@ def follow_run(module, plan, run_dir, supervisor_proc, control_dir) -> RunRecord
                 or (record.job_state == "RUNNING" if record.job_id
                     else ranks_started(module, plan, record, control_dir))):
             return record
-        time.sleep(0.1)
+        if supervisor_proc.poll() is not None:
+            time.sleep(0.1)  # it died before its last record, which its guardian writes
+            continue
+        try:  # the supervisor's end (its last record written) is seen at once, not at the next look
+            supervisor_proc.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def start_run(module, control_dir):

@@ -7,7 +7,10 @@ an ssh config file with the bastion, and ProxyJump). The playbooks take those se
 every ssh the CLI opens itself, the stream of a run's output above all. Host keys stay checked,
 the bastion's and the nodes' (under the names the inventory gives).
 
-Shares the session's cluster; the bastion is removed at the end.
+The same file: a login account that needs sudo's password on the head (-K, or the inventory's
+ansible_become_password), which the stream's sudo takes as the playbooks' become does.
+
+Shares the session's cluster; the bastion and the account are removed at the end.
 """
 
 import json
@@ -102,3 +105,77 @@ def test_launch_logs_and_wait_stream_through_a_bastion_that_only_ansibles_settin
     waited = torchfleet(behind_bastion, "wait", run_id)
     assert waited.returncode == 0 and "succeeded" in waited.stdout, (waited.stdout, waited.stderr[-3000:])
     print(f"through {BASTION}: run {run_id} launched, followed, its logs and end read again")
+
+
+SUDO_PASSWORD = "tf-sudo-Pw 7"  # a space in it, as passwords have
+
+
+@pytest.fixture
+def login_needing_sudo_password(cluster, tmp_path):
+    """An inventory whose login account on the head (`ops`, the cluster's key) is neither root
+    nor the training account, and needs sudo's password: the CLI reaches the runs through sudo."""
+    head = NODES[0]
+    made = docker("exec", head, "sh", "-c",
+                  "useradd -m -s /bin/sh ops && echo \"ops:$0\" | chpasswd"
+                  " && echo 'ops ALL=(ALL) ALL' > /etc/sudoers.d/tf-test-ops && chmod 440 /etc/sudoers.d/tf-test-ops"
+                  " && install -d -o ops -m 700 /home/ops/.ssh"
+                  " && install -o ops -m 600 /root/.ssh/authorized_keys /home/ops/.ssh/authorized_keys",
+                  SUDO_PASSWORD)
+    assert made.returncode == 0, made.stderr
+    try:
+        inventory = yaml.safe_load(cluster.inventory.read_text())
+        inventory["all"]["children"]["cluster"]["vars"]["ansible_user"] = "ops"
+        path = tmp_path / "inventory.yml"
+        path.write_text(yaml.safe_dump(inventory))
+        yield path, inventory, cluster.env
+    finally:
+        docker("exec", head, "sh", "-c", "userdel -r ops; rm -f /etc/sudoers.d/tf-test-ops")
+
+
+def as_ops(target, *args, password=None):
+    """torchfleet as `ops`, with no terminal: -K's prompt reads `password` from stdin."""
+    path, _inventory, env = target
+    argv = [sys.executable, "-m", "torchfleet", args[0], "-i", str(path), *args[1:]]
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+                          input=None if password is None else password + "\n", start_new_session=True)
+
+
+def test_logs_and_wait_through_sudo_with_its_password(cluster, login_needing_sudo_password, tmp_path):
+    launched = subprocess.run([sys.executable, "-m", "torchfleet", "launch", "-i", str(cluster.inventory),
+                               *SHORT_RUN], cwd=REPO, env=cluster.env, capture_output=True, text=True,
+                              timeout=600, check=False)
+    assert launched.returncode == 0, (launched.stdout[-3000:], launched.stderr[-3000:])
+    result = training_result(launched.stdout)
+    listed = subprocess.run([sys.executable, "-m", "torchfleet", "runs", "--json", "-i", str(cluster.inventory)],
+                            cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=300, check=False)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    run_id = json.loads(listed.stdout)[0]["run_id"]
+
+    # Without the password: refused at once, naming sudo and the fix.
+    refused = as_ops(login_needing_sudo_password, "logs", run_id)
+    assert refused.returncode != 0, refused.stdout[-2000:]
+    assert "sudo" in refused.stderr and "-K" in refused.stderr, refused.stderr[-2000:]
+
+    # -K: the playbook's become and the stream's sudo both take it.
+    logs = as_ops(login_needing_sudo_password, "logs", run_id, "-K", password=SUDO_PASSWORD)
+    assert logs.returncode == 0, (logs.stdout[-2000:], logs.stderr[-2000:])
+    assert training_result(logs.stdout) == result
+    waited = as_ops(login_needing_sudo_password, "wait", run_id, "-K", password=SUDO_PASSWORD)
+    assert waited.returncode == 0 and "succeeded" in waited.stdout, (waited.stdout, waited.stderr[-2000:])
+
+    wrong = as_ops(login_needing_sudo_password, "logs", run_id, "-K", password="not it")
+    assert wrong.returncode != 0, wrong.stdout[-2000:]
+    assert SUDO_PASSWORD not in wrong.stdout + wrong.stderr
+    assert "password" in wrong.stderr, wrong.stderr[-2000:]
+
+    # The inventory's ansible_become_password, with no -K: the same.
+    path, inventory, env = login_needing_sudo_password
+    inventory["all"]["children"]["cluster"]["vars"]["ansible_become_password"] = SUDO_PASSWORD
+    with_var = tmp_path / "with-password.yml"
+    with_var.write_text(yaml.safe_dump(inventory))
+    logs = as_ops((with_var, inventory, env), "logs", run_id)
+    assert logs.returncode == 0, (logs.stdout[-2000:], logs.stderr[-2000:])
+    assert training_result(logs.stdout) == result
+    assert SUDO_PASSWORD not in logs.stdout + logs.stderr
+    print(f"run {run_id} read as ops through sudo: refused without the password, read with -K and with "
+          f"ansible_become_password, refused with a wrong one")

@@ -15,7 +15,9 @@ import time
 import pytest
 
 from ready_cluster import NODES, REPO, run, training_result
-from test_run_lifecycle import ENDLESS, LIMIT, SHORT, Attached, left_on, runs_json, torchfleet, wait_until
+from test_run_lifecycle import (
+    ENDLESS, FLOOD, LIMIT, RUNS, SHORT, Attached, _every_ranks_lines_once_whole_in_order, left_on, runs_json, torchfleet,
+    wait_until)
 
 pytestmark = pytest.mark.cluster
 HEAD = NODES[0]
@@ -63,6 +65,24 @@ def test_a_run_through_slurm_trains_on_every_node_and_is_a_run(cluster):
     every = torchfleet(cluster, "logs", run_id, "--all-ranks")
     for node in NODES:
         assert f" {node}] TORCHFLEET_RANK rank=" in every.stdout, every.stdout[-3000:]
+
+
+def test_every_line_of_every_rank_arrives_once_and_whole_from_a_slurm_job(cluster, tmp_path):
+    # As for an ssh launch: the ranks' own files on each node, read over the cluster's ssh, not
+    # torchrun's --tee copies in the job's output (which lose and glue lines at this rate).
+    script = tmp_path / "flood.py"
+    script.write_text(FLOOD)
+    detached = torchfleet(cluster, "launch", "--scheduler", "slurm", "--detach", str(script), "-e", "nproc_per_node=2")
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    run_id = detached.stdout.split()[1]
+    followed = torchfleet(cluster, "logs", "-f", run_id, "--all-ranks")
+    assert followed.returncode == 0, followed.stderr[-3000:]
+    assert _every_ranks_lines_once_whole_in_order(followed.stdout) == 120_000
+    afterwards = torchfleet(cluster, "logs", run_id, "--all-ranks")
+    assert _every_ranks_lines_once_whole_in_order(afterwards.stdout) == 120_000
+    launcher = on(HEAD, "grep", "-c", "FLOOD", f"{RUNS}/{run_id}/launcher.log")
+    assert launcher.stdout.strip() == "0", launcher.stdout  # stored once: not in the job's output
+    assert runs_json(cluster)[run_id]["state"] == "succeeded"
 
 
 def test_a_failing_rank_under_slurm_is_named_with_its_node_and_code(cluster):

@@ -507,8 +507,11 @@ class RunOutput:
         self.record = record
         if not self.plan:
             return
+        if self.plan.get("scheduler") == "slurm" and not record.get("job_nodes"):
+            return  # the job's nodes, in rank order, are known once it runs (or it never ran)
         attempts = record.get("attempts") or [
-            {"workers": self.plan["paths"]["workers"], "nodes": [node["name"] for node in self.plan["nodes"]]}]
+            {"workers": self.plan["paths"]["workers"],
+             "nodes": record.get("nodes") or [node["name"] for node in self.plan["nodes"]]}]
         for attempt in attempts:
             if attempt.get("workers") and attempt["workers"] not in self.followed:
                 # The first look honours from_start; an attempt that begins later is read whole.
