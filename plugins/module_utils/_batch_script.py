@@ -10,6 +10,7 @@ import re
 import shlex
 
 FORMATS = ("slurm", "pbs")
+MODULE_WRITER = "torchfleet.cluster.torchrun_launch"  # a run's own job, as its script says
 # Placeholders in the plan, replaced by shell variables the script sets at run time.
 HEAD = "tf-node0.placeholder"
 RUN_ID = "tf-run-placeholder"

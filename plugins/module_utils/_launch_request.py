@@ -127,7 +127,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_restarts", "int", "Restart a run that failed for a reason a restart can help (a node lost "
            "or cut off, a rank killed by a signal, a rank's non-zero exit not in final_exit_codes) up to "
            "this many times, on the nodes that answer, each attempt with TORCHFLEET_RESTART_COUNT set; 0 "
-           "never restarts. Open MPI modes over ssh only.", default=0, role_type="raw", short="max_restarts"),
+           "never restarts. Open MPI modes, over ssh or under Slurm (a new job, without the nodes lost).", default=0, role_type="raw", short="max_restarts"),
     Option("min_nodes", "int", "The fewest nodes an attempt may use; fewer answering, the supervisor "
            "waits restart_wait seconds for lost nodes to come back, then ends the run. 0: every node of "
            "the run.", default=0, role_type="raw", short="min_nodes"),
@@ -488,7 +488,7 @@ def _mpich_problems(request: dict) -> list[str]:
 # Resolution: the request and setup's facts -> the renderer's plan
 # ---------------------------------------------------------------------------------------------
 
-def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str) -> list[str]:
+def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, check_nodes: bool = True) -> list[str]:
     """What is wrong with the restart options (max_restarts, min_nodes, restart_wait,
     final_exit_codes, by those names) for a run on `nodes` nodes; each message names the
     variable, its value and the fix."""
@@ -507,11 +507,15 @@ def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str) ->
     codes = restart.get("final_exit_codes") or []
     if not isinstance(codes, list) or any(not str(code).strip().isdigit() or int(code) > 255 for code in codes):
         found.append(f"final_exit_codes is {codes!r}: give a list of exit codes from 0 to 255, for example [2, 3].")
-    if values.get("max_restarts", 0) > 0 and (scheduler != "none" or mode == "mpich"):
+    if values.get("max_restarts", 0) > 0 and (scheduler not in ("none", "slurm") or mode == "mpich"):
         found.append(f"max_restarts is {values['max_restarts']}, but restarts are made by the supervisor's "
-                     f"own mpirun, which {'scheduler=' + scheduler if scheduler != 'none' else 'mode mpich'} "
-                     f"does not use: remove max_restarts (Slurm users: sbatch --requeue), or launch with "
-                     f"mpirun over ssh.")
+                     f"own mpirun, which {'scheduler=' + scheduler if mode != 'mpich' else 'mode mpich'} "
+                     f"does not use: remove max_restarts, or launch with Open MPI's mpirun (over ssh or "
+                     f"under Slurm).")
+    elif values.get("max_restarts", 0) > 0 and scheduler == "slurm" and not check_nodes:
+        found.append(f"max_restarts is {values['max_restarts']} under Slurm with check_nodes false: the "
+                     f"supervisor finds the nodes lost, and those that answer again, over ssh from the head; "
+                     f"set check_nodes true, or remove max_restarts (sbatch --requeue reruns a job Slurm ended).")
     return found
 
 
@@ -532,7 +536,7 @@ def module_refusal(request: Mapping) -> str | None:
     role's names, but the module is also called directly)."""
     req = with_defaults(request)
     restart = {key: req[key] for key in RESTART_OPTIONS}
-    found = restart_problems(restart, len(req["nodes"] or ()), req["mode"], req["scheduler"])
+    found = restart_problems(restart, len(req["nodes"] or ()), req["mode"], req["scheduler"], req["check_nodes"])
     if req["scheduler"] == "slurm":
         found += _slurm_conflicts(req["mode"], bool(req["tree_spawn"]), "mode")
     return " ".join(found) or None

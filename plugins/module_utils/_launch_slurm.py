@@ -12,8 +12,9 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
 
 
 def slurm_job(module, plan, run_dir, paths):
-    """(sbatch argv, the batch script, its path) of a run under Slurm; refuses what Slurm would refuse, or
-    cannot run under it, before anything is submitted or changed."""
+    """(sbatch argv, the batch script, its path, the script's options) of a run under Slurm;
+    refuses what Slurm would refuse, or cannot run under it, before anything is submitted or
+    changed."""
     p = module.params
     sbatch = module.get_bin_path("sbatch")
     if not sbatch or not module.get_bin_path("scontrol"):
@@ -41,13 +42,14 @@ def slurm_job(module, plan, run_dir, paths):
         rendered = render(allocation)
     except PlanError as err:
         module.fail_json(msg=str(err), run_id=plan.run_id)
+    options = {"gpus_per_node": p["slurm_gpus_per_node"], "walltime": p["slurm_time_limit"], "queue": partition,
+               "account": p["slurm_account"], "whole_nodes": p["batch_whole_nodes"],
+               "extra_args": list(p["slurm_extra_args"])}
     script = _batch_script.batch_script(
-        "slurm", allocation, rendered, nodes=len(plan.nodes), gpus_per_node=p["slurm_gpus_per_node"],
-        walltime=p["slurm_time_limit"], queue=partition, account=p["slurm_account"],
-        job_name=plan.run_id, fixed_run_id=True, writer="torchfleet.cluster.torchrun_launch",
-        whole_nodes=p["batch_whole_nodes"], extra_args=p["slurm_extra_args"])
+        "slurm", allocation, rendered, nodes=len(plan.nodes), job_name=plan.run_id, fixed_run_id=True,
+        writer=_batch_script.MODULE_WRITER, **options)
     script_path = os.path.join(run_dir, "job.sbatch")
     # Named after the run, with torchfleet's comment: `stop` finds it whatever its supervisor's state.
     argv = [sbatch, "--parsable", f"--output={paths['launcher']}", f"--chdir={p['chdir'] or run_dir}",
             f"--comment={slurm.JOB_COMMENT}", script_path]
-    return argv, script, script_path
+    return argv, script, script_path, dict(options, slots=slots)

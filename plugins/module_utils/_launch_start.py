@@ -170,23 +170,25 @@ def _caller_gone() -> bool:
 
 
 def copy_head_package(directory: str) -> str:
-    """Write the head package's files into `directory` (as `_head/`, its own name), and the
-    renderer beside them (`launch_plan.py`: a restart renders the launch again); its path."""
+    """Write the head package's files into `directory` (as `_head/`, its own name), and beside
+    them the renderer and the batch script's writer (`launch_plan.py`, `batch_script.py`: a
+    restart renders the launch, or writes the Slurm job, again); its path."""
     package = os.path.join(directory, _head.__name__.rpartition(".")[2])
     for name in _head.FILES:
         write_file(os.path.join(package, name + ".py"), _head.source(name).encode())
-    write_file(os.path.join(package, "launch_plan.py"), _renderer_source())
+    for name in ("launch_plan", "batch_script"):
+        write_file(os.path.join(package, name + ".py"), _module_util_source(f"_{name}.py"))
     return package
 
 
-def _renderer_source() -> bytes:
-    """_launch_plan.py's text: the file beside this one, or the member of the module's zip
-    under AnsiballZ (as _head.source)."""
+def _module_util_source(filename: str) -> bytes:
+    """The text of one of module_utils' files: the file beside this one, or the member of the
+    module's zip under AnsiballZ (as _head.source)."""
     try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launch_plan.py"), "rb") as handle:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), filename), "rb") as handle:
             return handle.read()
     except OSError:
-        return pkgutil.get_data(__name__.rpartition(".")[0], "_launch_plan.py")
+        return pkgutil.get_data(__name__.rpartition(".")[0], filename)
 
 
 def prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result):
@@ -292,9 +294,9 @@ def start_run(module, control_dir):
     except ValueError as err:
         module.fail_json(msg=f"file_contents: {err}", run_id=run_id)
     slurm = p["scheduler"] == "slurm"
-    sbatch = script = script_path = None
+    sbatch = script = script_path = batch = None
     if slurm:
-        sbatch, script, script_path = slurm_job(module, plan, run_dir, paths)
+        sbatch, script, script_path, batch = slurm_job(module, plan, run_dir, paths)
         result.update(argv=sbatch, command=shlex.join(sbatch), batch_script=script)
     if not module.check_mode:  # held until the supervisor has recorded the run (start_supervisor)
         try:
@@ -332,6 +334,7 @@ def start_run(module, control_dir):
         max_restarts=p["max_restarts"], min_nodes=p["min_nodes"] or len(plan.nodes),
         restart_wait=p["restart_wait"], final_exit_codes=list(p["final_exit_codes"]),
         launch_plan=plan_to_dict(plan),  # what a restart renders again
+        batch=batch,
     )
     if _caller_gone():
         # Interrupted before the run started (Ctrl-C of torchfleet launch, whose stop waits for

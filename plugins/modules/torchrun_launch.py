@@ -247,8 +247,9 @@ options:
         starts the same request on the nodes that answer (at least O(min_nodes)), with a new
         rendezvous port and C(TORCHFLEET_RESTART_COUNT) set to the attempt's number, from which the
         script resumes from its checkpoint. A stop, Ctrl-C or O(launch_timeout) ends the whole run.
-      - Open MPI modes over ssh only; refused with O(scheduler=slurm) and O(mode=mpich). V(0) never
-        restarts.
+      - Under O(scheduler=slurm) a restart is a new job of as many nodes as answer, with C(--exclude)
+        naming the Slurm nodes of the run that do not (needs O(check_nodes), as the supervisor asks
+        the nodes over ssh). Refused with O(mode=mpich). V(0) never restarts.
     type: int
     default: 0
   min_nodes:

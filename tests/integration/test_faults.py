@@ -397,15 +397,16 @@ def checkpointed(run_id):
     return docker("exec", NODES[0], "test", "-f", f"/tmp/{run_id}/checkpoint.pt").returncode == 0
 
 
-def test_a_node_killed_with_a_restart_allowed_resumes_on_the_two_nodes_left(cluster):
-    # Issue 27's first case: the container killed outright (its kernel gone: no answer at all).
-    run_id = f"tf-killed-{uuid.uuid4().hex[:8]}"
+def kill_a_node_mid_run(cluster, run_id, *extra):
+    """A checkpointing run allowed one restart on two nodes, NODES[2] killed after its first
+    checkpoint: (rc, output, seconds from the kill to the restart, the record before the kill)."""
     launch = Background(cluster.popen_playbook(
         "launch.yml", "-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
         "-e", "max_restarts=1", "-e", "min_nodes=2", "-e", f"launch_timeout={LAUNCH_TIMEOUT * 4}",
-        "-e", json.dumps({"script_args": checkpointing_run(run_id)})))
+        "-e", json.dumps({"script_args": checkpointing_run(run_id)}), *extra))
     try:
         wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint", launch)
+        before = head_record(run_id)
         assert docker("kill", NODES[2]).returncode == 0
         killed = time.monotonic()
         wait_until(lambda: head_record(run_id).get("restarts") == 1, 120, "the restart", launch)
@@ -413,6 +414,13 @@ def test_a_node_killed_with_a_restart_allowed_resumes_on_the_two_nodes_left(clus
         rc, output, _since_start = launch.wait(LAUNCH_TIMEOUT * 4)
     finally:
         launch.kill()
+    return rc, output, restarted, before
+
+
+def test_a_node_killed_with_a_restart_allowed_resumes_on_the_two_nodes_left(cluster):
+    # Issue 27's first case: the container killed outright (its kernel gone: no answer at all).
+    run_id = f"tf-killed-{uuid.uuid4().hex[:8]}"
+    rc, output, restarted, _before = kill_a_node_mid_run(cluster, run_id)
     print(f"killed: restarted {restarted:.1f} s later")
     assert rc == 0, output[-3000:]
     final = head_record(run_id)
@@ -422,6 +430,31 @@ def test_a_node_killed_with_a_restart_allowed_resumes_on_the_two_nodes_left(clus
     assert result["world_size"] == 2 and result["resumed_from_epoch"] >= 1, result
     for node in NODES[:2]:
         assert left_on(node) == [], node
+
+
+def test_a_node_killed_under_slurm_with_a_restart_allowed_resumes_in_a_new_job_without_it(cluster):
+    # Issue 27, point 5: the restart is a new Slurm job of the nodes that answer, --exclude naming
+    # the node lost (Slurm itself holds the dead node's part of the old job for SlurmdTimeout).
+    run_id = f"tf-slkilled-{uuid.uuid4().hex[:8]}"
+    rc, output, restarted, before = kill_a_node_mid_run(cluster, run_id, "-e", "scheduler=slurm")
+    first_job = before["job_id"]
+    print(f"killed under Slurm: restarted {restarted:.1f} s later")
+    assert rc == 0, output[-3000:]
+    final = head_record(run_id)
+    assert (final["state"], final["restarts"], final["world_size"]) == ("succeeded", 1, 2), final["msg"]
+    first, second = final["attempts"]
+    assert f"{NODES[2]} stopped answering at " in first["cause"], final["attempts"]
+    assert first["job_id"] == first_job != second["job_id"], final["attempts"]
+    assert second["nodes"] == NODES[:2] and second["job_nodes"] == ["node0", "node1"], second
+    job = docker("exec", NODES[0], "scontrol", "show", "job", "-o", second["job_id"]).stdout
+    assert "ExcNodeList=node2 " in job, job
+    result = training_result(docker("exec", NODES[0], "cat", f"{RUNS}/{run_id}/launcher.log").stdout + output)
+    assert result["world_size"] == 2 and result["resumed_from_epoch"] >= 1, result
+    for node in NODES[:2]:
+        assert left_on(node) == [], node
+    # Back, the node's slurmd ends the old job's part there: nothing stays queued.
+    restore(cluster)
+    wait_until(lambda: not docker("exec", NODES[0], "squeue", "-h").stdout.strip(), 120, "an empty queue")
 
 
 def test_ctrl_c_while_a_restart_waits_stops_the_run_and_restart_by_hand_resumes_it(cluster):

@@ -517,7 +517,8 @@ def test_restarts_run_out_and_final_codes_are_never_restarted(cluster):
 def test_bad_restart_options_are_refused_before_anything_starts(cluster):
     for overrides, said in (({"max_restarts": -1}, "max_restarts is -1: give 0 or more."),
                             ({"min_nodes": 2}, "min_nodes is 2, above the run's 1 nodes"),
-                            ({"max_restarts": 1, "scheduler": "slurm"}, "remove max_restarts")):
+                            ({"max_restarts": 1, "scheduler": "slurm", "check_nodes": False},
+                             "max_restarts is 1 under Slurm with check_nodes false")):
         args = cluster.args(**overrides)
         rc, output, result = cluster.run(args)
         assert rc != 0 and said in result["msg"], result["msg"]

@@ -164,6 +164,9 @@ class SupervisorPlan:
     restart_wait: int = 300  # seconds a restart waits for min_nodes to answer
     final_exit_codes: list = field(default_factory=list)  # rank exit codes never restarted
     launch_plan: dict | None = None  # the renderer's plan (launch_plan.plan_to_dict): restarts render it again
+    # Slurm: batch_script's options for the job (slots, gpus_per_node, walltime, queue, account,
+    # whole_nodes, extra_args), with which a restart writes its new job's script.
+    batch: dict | None = None
     # A run restarted by hand (torchrun_launch state=restarted): the number of its first attempt
     # here, after those its record lists; 0 for a new run.
     first_attempt: int = 0
@@ -507,12 +510,14 @@ class RunOutput:
         self.record = record
         if not self.plan:
             return
-        if self.plan.get("scheduler") == "slurm" and not record.get("job_nodes"):
-            return  # the job's nodes, in rank order, are known once it runs (or it never ran)
+        # A Slurm job's nodes, in rank order, are known once it runs (or it never ran).
+        slurm = self.plan.get("scheduler") == "slurm"
         attempts = record.get("attempts") or [
-            {"workers": self.plan["paths"]["workers"],
+            {"workers": self.plan["paths"]["workers"], "job_nodes": record.get("job_nodes"),
              "nodes": record.get("nodes") or [node["name"] for node in self.plan["nodes"]]}]
         for attempt in attempts:
+            if slurm and not attempt.get("job_nodes"):
+                continue
             if attempt.get("workers") and attempt["workers"] not in self.followed:
                 # The first look honours from_start; an attempt that begins later is read whole.
                 self._follow(attempt["workers"], list(attempt["nodes"]), self.from_start or bool(self.followed))

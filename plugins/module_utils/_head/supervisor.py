@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -123,6 +124,7 @@ class SlurmJob:
     def __init__(self, run):
         self.run, self.job_id, self.info, self.returncode = run, None, {}, None
         self.pid, self.started, self._next = None, False, 0.0
+        self.latest: dict = {}  # scontrol's last answer (info: as last recorded)
 
     def submit(self, env: dict) -> None:
         self.job_id = slurm.submit(self.run.plan.sbatch, env, self.run.plan.cwd)
@@ -136,6 +138,7 @@ class SlurmJob:
             raise subprocess.TimeoutExpired("scontrol", timeout)
         self._next = now + self.POLL
         info = slurm.job(self.job_id)
+        self.latest = info or self.latest
         if info is None:  # Slurm forgot the job (MinJobAge): it ended, how is not known
             self.returncode = 1
             return self.returncode
@@ -160,12 +163,21 @@ class SlurmJob:
         if ran and not self.started:
             self.started = True
             changes.update(batch_host=info.get("BatchHost"), job_nodes=slurm.hostnames(info.get("NodeList", "")))
-            changes.update(self.run.nodes_of_allocation(changes["job_nodes"]))
+            mapped = self.run.nodes_of_allocation(changes["job_nodes"])
+            changes.update(mapped)
+            if mapped:  # a restart's --exclude names a lost node as Slurm does
+                self.run.slurm_names.update(zip(mapped["nodes"], changes["job_nodes"]))
+            if self.run.attempts:  # the attempt's nodes in rank order, once known: the follower reads them
+                self.run.attempts[-1].update(nodes=mapped.get("nodes", self.run.attempts[-1]["nodes"]),
+                                             job_id=self.job_id, job_nodes=changes["job_nodes"])
+                changes["attempts"] = self.run.attempts
         self.run.save(**changes)
 
-    def cancel(self, grace: int) -> str | None:
+    def cancel(self, grace: int, lost=()) -> str | None:
         """scancel (retried), then wait until Slurm says the job is over (its KillWait, and a
-        margin). What went wrong, if anything, for the record's warnings."""
+        margin), or holds only `lost` nodes (Slurm names) still: a dead node's part ends only when
+        Slurm declares the node down (SlurmdTimeout, minutes), and the other nodes are free
+        already. What went wrong, if anything, for the record's warnings."""
         try:
             slurm.cancel(self.job_id)
         except slurm.SlurmError as err:
@@ -178,6 +190,10 @@ class SlurmJob:
                 return
             except subprocess.TimeoutExpired:
                 pass
+            held = self.latest.get("NodeList", "")
+            if lost and self.latest.get("JobState") == "COMPLETING" and set(slurm.hostnames(held)) <= set(lost):
+                self.returncode = -signal.SIGTERM
+                return None
         self.returncode = -signal.SIGKILL
         return (f"Slurm job {self.job_id} was cancelled but still not over after {grace + 60} s: "
                 f"check it with squeue -j {self.job_id}")
@@ -199,6 +215,7 @@ class Run:
                 self.attempts = earlier_attempts(json.load(handle), self.plan)
             self.record = self.record.updated(started=self.attempts[0]["started"])
         self.launcher_env: dict = {}  # a restart's environment over the supervisor's
+        self.slurm_names: dict = {}  # {inventory name: Slurm's}, from each allocation
         self.silent: dict = {}  # after an attempt that failed: the nodes that did not answer then
 
     def save(self, final: bool = False, required: bool = False, **changes) -> None:
@@ -420,13 +437,17 @@ class Run:
             threading.Thread(target=self.watch_start, args=(proc.pid, plan.start_timeout, watched),
                              daemon=True).start()
         lost, unanswered, gone = {}, {}, {}
-        watching = bool(plan.heartbeat_timeout and plan.check_nodes and not slurm_job and len(self.nodes) > 1)
-        if watching:
-            threading.Thread(target=self.watch_nodes, args=(plan.heartbeat_timeout, lost, unanswered),
-                             daemon=True).start()
-            if plan.ssh:
-                threading.Thread(target=self.watch_hung, args=(plan.heartbeat_timeout, lost), daemon=True).start()
+        watching = bool(plan.heartbeat_timeout and plan.check_nodes and len(self.nodes) > 1)
+        watched_nodes = False
         while True:
+            # A Slurm job's nodes are watched once it runs (they are the allocation's then).
+            if watching and not watched_nodes and (not slurm_job or proc.started):
+                watched_nodes = True
+                threading.Thread(target=self.watch_nodes, args=(plan.heartbeat_timeout, lost, unanswered),
+                                 daemon=True).start()
+                if plan.ssh:
+                    threading.Thread(target=self.watch_hung, args=(plan.heartbeat_timeout, lost),
+                                     daemon=True).start()
             try:
                 proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
                 break
@@ -441,7 +462,8 @@ class Run:
                     self.save(lost_nodes=gone)
                 if slurm_job:
                     waiting = (proc.info.get("JobState"), proc.info.get("Reason"))  # before scancel
-                    unsure = proc.cancel(grace)
+                    unsure = proc.cancel(grace, lost=[self.slurm_names[name] for name in gone
+                                                      if name in self.slurm_names])
                     if unsure:
                         warnings.append(unsure)
                     survivors = end_run(run_id, grace, spare_guardian=True)[1]
@@ -601,13 +623,18 @@ class Run:
             hostfile_path=f"{self.run_dir}/hostfile.{attempt}", node_log_dir=workers,
             env_set=MappingProxyType({**base.env_set, RESTART_VAR: str(attempt)}))
         rendered = renderer.render(plan)
-        with open(plan.hostfile_path, "w", encoding="utf-8") as handle:
-            handle.write(rendered.hostfile)
         by_name = {node["name"]: node for node in self.plan.launch_plan["nodes"]}
         order = [by_name[name] for name in rendered.nodes]
+        if self.plan.scheduler == "slurm":
+            argv = self.next_job(attempt, plan, [name for name in by_name if name not in names])
+            changes = {"argv": argv, "sbatch": argv, "command": shlex.join(argv)}
+        else:
+            with open(plan.hostfile_path, "w", encoding="utf-8") as handle:
+                handle.write(rendered.hostfile)
+            changes = {"argv": rendered.argv, "command": rendered.command}
         self.plan = dataclasses.replace(
-            self.plan, argv=rendered.argv, command=rendered.command, world_size=rendered.world_size,
-            nodes=order, paths={**self.plan.paths, "workers": workers or ""})
+            self.plan, world_size=rendered.world_size, nodes=order, paths={**self.plan.paths, "workers": workers or ""},
+            **changes)
         self.nodes = [SimpleNamespace(**node) for node in order]
         self.launcher_env = rendered.env
         self.ended = threading.Event()
@@ -621,8 +648,27 @@ class Run:
         with open(self.plan.paths["launcher"], "a", encoding="utf-8") as log:
             log.write(said)
         self.save(nodes=list(rendered.nodes), slots=[node["slots"] for node in order],
-                  world_size=rendered.world_size, command=rendered.command, restarts=attempt,
+                  world_size=rendered.world_size, command=self.plan.command, restarts=attempt,
                   msg=said.strip()[len("torchfleet: "):])
+
+    def next_job(self, attempt: int, plan, left_out: list) -> list:
+        """sbatch's argv for attempt `attempt` under Slurm: the run's request rendered for an
+        allocation of `plan`'s nodes (its own rendezvous port and worker log directory), its script
+        written as job.ATTEMPT.sbatch, without the Slurm nodes of those `left_out` (--exclude), its
+        output added to the run's launcher log."""
+        batch = _batch_writer()
+        options = dict(self.plan.batch)
+        slots = options.pop("slots")
+        allocation = batch.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=self.plan.run_id)
+        rendered = _renderer().render(allocation)
+        path = os.path.join(self.run_dir, f"job.{attempt}.sbatch")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(batch.batch_script("slurm", allocation, rendered, nodes=len(plan.nodes),
+                                            job_name=self.plan.run_id, fixed_run_id=True,
+                                            writer=batch.MODULE_WRITER, **options))
+        excluded = sorted(self.slurm_names[name] for name in left_out if name in self.slurm_names)
+        first = [arg for arg in self.plan.sbatch[:-1] if not arg.startswith(("--exclude=", "--open-mode="))]
+        return [*first, *([f"--exclude={','.join(excluded)}"] if excluded else []), "--open-mode=append", path]
 
 
 def earlier_attempts(record: dict, plan: SupervisorPlan) -> list:
@@ -646,6 +692,16 @@ def _renderer():
     except ImportError:
         from .. import _launch_plan as launch_plan  # pylint: disable=import-outside-toplevel
     return launch_plan
+
+
+def _batch_writer():
+    """The batch script's writer: the run's copy beside this package (batch_script.py), or the
+    collection's own (as _renderer)."""
+    try:
+        from . import batch_script  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        from .. import _batch_script as batch_script  # pylint: disable=import-outside-toplevel
+    return batch_script
 
 
 def restart_cause(state: str, result: dict, late, survivors, final_exit_codes) -> str | None:

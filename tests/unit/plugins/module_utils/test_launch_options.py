@@ -67,12 +67,18 @@ def test_the_module_refuses_what_slurm_cannot_run_and_rides_ssh_only_where_mpiru
     ({"min_nodes": 4}, 3, "torchrun", "none", "min_nodes is 4, above the run's 3 nodes: give at most 3"),
     ({"restart_wait": -5}, 3, "torchrun", "none", "restart_wait is -5: give 0 or more."),
     ({"final_exit_codes": ["x"]}, 3, "torchrun", "none", "final_exit_codes is ['x']: give a list of exit codes"),
-    ({"max_restarts": 2}, 3, "torchrun", "slurm", "remove max_restarts (Slurm users: sbatch --requeue)"),
+    ({"max_restarts": 2}, 3, "torchrun", "pbs", "which scheduler=pbs does not use"),
     ({"max_restarts": 2}, 3, "mpich", "none", "which mode mpich does not use"),
 ])
 def test_bad_restart_options_name_the_variable_value_and_fix(restart, nodes, mode, scheduler, said):
     found = lr.restart_problems(restart, nodes, mode, scheduler)
     assert len(found) == 1 and said in found[0], found
+
+
+def test_restarts_under_slurm_need_the_heads_ssh_to_the_nodes():
+    assert lr.restart_problems({"max_restarts": 2}, 3, "torchrun", "slurm") == []
+    found = lr.restart_problems({"max_restarts": 2}, 3, "torchrun", "slurm", check_nodes=False)
+    assert len(found) == 1 and "check_nodes false" in found[0] and "set check_nodes true" in found[0], found
 
 
 def test_good_restart_options_pass():
