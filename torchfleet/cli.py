@@ -105,11 +105,11 @@ def _playbook_args(args: argparse.Namespace, **fixed) -> list[str]:
     return cmdline
 
 
-def _progress(args: argparse.Namespace):
+def _progress(args: argparse.Namespace, on_task_start=None):
     from torchfleet.run import Progress
 
     return Progress(stream=sys.stderr, live=sys.stderr.isatty() and not args.verbose,
-                    verbose=args.verbose)
+                    verbose=args.verbose, on_task_start=on_task_start or {})
 
 
 def _results(outcome, action: str, failed: bool = False) -> list[dict]:
@@ -118,15 +118,15 @@ def _results(outcome, action: str, failed: bool = False) -> list[dict]:
     return [item for item in found if item.get("action") == action]
 
 
-def _playbook(args: argparse.Namespace, name: str, ctrl_c=None, **fixed):
+def _playbook(args: argparse.Namespace, name: str, ctrl_c=None, on_task_start=None, **fixed):
     from torchfleet.inventory import inventory_paths
     from torchfleet.run import run
 
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         inventories = inventory_paths(args.inventory, Path(scratch))
         return run(playbook=f"torchfleet.cluster.{name}", inventories=inventories,
-                   cmdline=_playbook_args(args, **fixed), progress=_progress(args), ctrl_c=ctrl_c,
-                   passwords=_passwords(args))
+                   cmdline=_playbook_args(args, **fixed), progress=_progress(args, on_task_start),
+                   ctrl_c=ctrl_c, passwords=_passwords(args))
 
 
 def _finish(args: argparse.Namespace, outcome, payload: dict) -> int:
@@ -205,11 +205,13 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
     from torchfleet import follow
     from torchfleet.run import CtrlC
 
-    if not args.detach:  # ready to follow the run the moment the playbook returns
-        follow.load_ssh_connection()
+    # Ready to follow the run the moment the playbook returns: Ansible's ssh plugin is loaded while
+    # the head starts the run, when this machine only waits (not earlier, when its imports would
+    # take the CPU from the playbook's own start).
     ctrl_c = CtrlC()
     try:
         outcome = _playbook(args, "launch", ctrl_c=ctrl_c, run_id=run_id, detach=True,
+                            on_task_start={} if args.detach else {LAUNCH: follow.load_ssh_connection},
                             **{key: value for key, value in (("max_restarts", args.max_restarts),
                                                              ("min_nodes", args.min_nodes)) if value is not None},
                             **launch_vars)

@@ -3,7 +3,12 @@ loader (KEY=VALUE by its splitter, JSON/YAML and @FILE by its DataLoader, Vault 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+# -e KEY=VALUE alone, unquoted, without spaces, escapes or a second '=': Ansible's splitter reads
+# it as {KEY: "VALUE"}, and so does this module without importing Ansible's loader (0.2 s).
+_PLAIN_KEY_VALUE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[^\s'\"\\=]*\Z")
 
 
 class RenderError(Exception):
@@ -48,6 +53,12 @@ def _plain(value):
 
 def parse_extra_vars(values: list[str]) -> dict:
     """-e KEY=VALUE (several per -e), -e JSON/YAML mapping, -e @FILE (vaulted too); later ones win."""
+    if all(_PLAIN_KEY_VALUE.match(value) for value in values):
+        return dict(value.split("=", 1) for value in values)
+    return _parsed_by_ansible(values)
+
+
+def _parsed_by_ansible(values: list[str]) -> dict:
     from ansible.errors import AnsibleError
     from ansible.parsing.dataloader import DataLoader
     from ansible.parsing.splitter import parse_kv

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import doctor_line
 
 DOCUMENTATION = r"""
 name: doctor_line
@@ -29,6 +28,14 @@ _value:
   description: The line.
   type: str
 """
+
+
+# Imported when the filter runs, not with this file: to find one filter of the collection,
+# Ansible loads every filter file, in each task's worker, and compiles what they import.
+def doctor_line(*args, **kwargs):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import doctor_line as doctor_line_
+
+    return doctor_line_(*args, **kwargs)
 
 
 class FilterModule:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import pick
 
 DOCUMENTATION = r"""
 name: doctor_pick
@@ -38,6 +37,14 @@ _value:
 """
 
 
+# Imported when the filter runs, not with this file: to find one filter of the collection,
+# Ansible loads every filter file, in each task's worker, and compiles what they import.
+def doctor_pick(*args, **kwargs):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import pick as pick_
+
+    return pick_(*args, **kwargs)
+
+
 class FilterModule:
     def filters(self):
-        return {"doctor_pick": pick}
+        return {"doctor_pick": doctor_pick}

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import probe_plan
 
 DOCUMENTATION = r"""
 name: doctor_probe_plan
@@ -49,6 +48,14 @@ _value:
 """
 
 
+# Imported when the filter runs, not with this file: to find one filter of the collection,
+# Ansible loads every filter file, in each task's worker, and compiles what they import.
+def doctor_probe_plan(*args, **kwargs):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import probe_plan as probe_plan_
+
+    return probe_plan_(*args, **kwargs)
+
+
 class FilterModule:
     def filters(self):
-        return {"doctor_probe_plan": probe_plan}
+        return {"doctor_probe_plan": doctor_probe_plan}

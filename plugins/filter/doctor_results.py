@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _doctor
 
 DOCUMENTATION = r"""
 name: doctor_results
@@ -55,7 +54,11 @@ _value:
 """
 
 
+# Imported when the filter runs, not with this file: to find one filter of the collection,
+# Ansible loads every filter file, in each task's worker, and compiles what they import.
 def doctor_results(raws, *args, **kwargs):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils import _doctor
+
     # The options and their defaults are _doctor.doctor_results's, documented above.
     try:
         return _doctor.doctor_results(raws, *args, **kwargs)

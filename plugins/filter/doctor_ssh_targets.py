@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import ssh_targets
 
 DOCUMENTATION = r"""
 name: doctor_ssh_targets
@@ -37,6 +36,14 @@ _value:
 """
 
 
+# Imported when the filter runs, not with this file: to find one filter of the collection,
+# Ansible loads every filter file, in each task's worker, and compiles what they import.
+def doctor_ssh_targets(*args, **kwargs):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import ssh_targets as ssh_targets_
+
+    return ssh_targets_(*args, **kwargs)
+
+
 class FilterModule:
     def filters(self):
-        return {"doctor_ssh_targets": ssh_targets}
+        return {"doctor_ssh_targets": doctor_ssh_targets}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _host_differences
 
 DOCUMENTATION = r"""
 name: host_differences
@@ -41,7 +40,11 @@ _value:
 """
 
 
+# Imported when the filter runs, not with this file: to find one filter of the collection,
+# Ansible loads every filter file, in each task's worker, and compiles what they import.
 def host_differences(values_by_host):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils import _host_differences
+
     try:
         return _host_differences.host_differences(values_by_host)
     except TypeError as err:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _wheel_spread
 
 DOCUMENTATION = r"""
 name: spread_tree
@@ -46,7 +45,11 @@ _value:
 """
 
 
+# Imported when the filter runs, not with this file: to find one filter of the collection,
+# Ansible loads every filter file, in each task's worker, and compiles what they import.
 def spread_tree(receivers, seed, fanout=2):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils import _wheel_spread
+
     try:
         return _wheel_spread.spread_tree(seed, list(receivers), int(fanout))
     except (TypeError, ValueError) as err:

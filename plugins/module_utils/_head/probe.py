@@ -12,7 +12,6 @@ import base64
 import errno
 import glob
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -374,6 +373,40 @@ def differences(installed: dict, wanted: dict, keep) -> tuple[list, list, list]:
     return sentences, to_install, to_remove
 
 
+def installed_distributions(paths) -> dict:
+    """{canonical name: version} of the distributions in the directories `paths`, from the Name
+    and Version headers of each *.dist-info/METADATA and *.egg-info (PKG-INFO): what
+    importlib.metadata reads, without its import, which alone took 30 ms of each node's check."""
+    installed = {}
+    for path in paths:
+        try:
+            entries = sorted(os.listdir(path))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.endswith(".dist-info"):
+                metadata = os.path.join(path, entry, "METADATA")
+            elif entry.endswith(".egg-info"):
+                metadata = os.path.join(path, entry)
+                if os.path.isdir(metadata):
+                    metadata = os.path.join(metadata, "PKG-INFO")
+            else:
+                continue
+            headers = {}
+            try:
+                with open(metadata, encoding="utf-8", errors="replace") as handle:
+                    for line in handle:  # the headers end at the first empty line
+                        if not line.strip():
+                            break
+                        key, _colon, value = line.partition(":")
+                        headers.setdefault(key.strip().lower(), value.strip())
+            except OSError:
+                continue
+            if headers.get("name"):
+                installed[canonical(headers["name"])] = headers.get("version", "")
+    return installed
+
+
 def environment_drift(python: str, wanted: dict) -> list:
     """How the environment of the interpreter `python` differs from `wanted` ({name: version},
     what setup installed), one sentence each. Reads the distributions' metadata in the
@@ -383,9 +416,7 @@ def environment_drift(python: str, wanted: dict) -> list:
     paths = glob.glob(os.path.join(prefix, "lib", "python3*", "site-packages"))
     if not paths:
         return [f"{prefix} has no lib/python3*/site-packages"]
-    installed = {canonical(dist.metadata["Name"]): dist.version
-                 for dist in importlib.metadata.distributions(path=paths) if dist.metadata["Name"]}
-    return differences(installed, wanted, ())[0]
+    return differences(installed_distributions(paths), wanted, ())[0]
 
 
 def probe(request: dict) -> dict:

@@ -1,7 +1,9 @@
 """Pure logic of the Python environment: wheel targets, locks, drift and cross-node differences."""
 
 import hashlib
+import importlib.metadata
 import io
+import sys
 import zipfile
 
 import pytest
@@ -134,6 +136,27 @@ def test_a_node_environment_is_read_from_its_metadata_and_its_drift_named(tmp_pa
         "drift": ["sympy is missing (spec: 1.14.0)"]}
     assert _node_probe.environment_drift(str(tmp_path / "none" / "bin" / "python"), wanted) == [
         f"{tmp_path / 'none'} has no lib/python3*/site-packages"]
+
+
+def test_installed_distributions_read_as_importlib_metadata_reads_them(tmp_path):
+    """The launch's check reads METADATA and PKG-INFO headers itself (importlib.metadata's import
+    was most of each node's check): the same names and versions, egg-info files and directories
+    (conda and Debian install those) included, and this test run's own environment alike."""
+    site = tmp_path / "site-packages"
+    (site / "Typing_Extensions-4.16.0.dist-info").mkdir(parents=True)
+    (site / "Typing_Extensions-4.16.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: Typing_Extensions\nVersion: 4.16.0\n\nName: not-a-header\n")
+    (site / "six-1.16.0.egg-info").write_text("Metadata-Version: 1.1\nName: six\nVersion: 1.16.0\n")
+    (site / "pyyaml.egg-info").mkdir()
+    (site / "pyyaml.egg-info" / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: PyYAML\nVersion: 6.0.1\n")
+    (site / "broken-1.0.dist-info").mkdir()  # no METADATA: not a distribution, for either reader
+    found = _node_probe.installed_distributions([str(site)])
+    assert found == {"typing-extensions": "4.16.0", "six": "1.16.0", "pyyaml": "6.0.1"}
+    for paths in ([str(site)], [p for p in sys.path if p.endswith("-packages")]):
+        expected = {_node_probe.canonical(dist.metadata["Name"]): dist.version
+                    for dist in importlib.metadata.distributions(path=paths) if dist.metadata["Name"]}
+        assert _node_probe.installed_distributions(paths) == expected
+        assert expected
 
 
 def test_differences_name_missing_changed_and_extra_packages():
