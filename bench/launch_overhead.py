@@ -17,6 +17,9 @@ best ratios (b) and (c) could reach on this machine.
     python bench/launch_overhead.py -i inventory/local.yml --runs 9
     python bench/launch_overhead.py --runs 5 --before REV
 
+Each round runs the jobs of almost no work and the floors --repeats times (3), the DDP job once:
+their medians differ by tenths of a second, about what one run varies by here.
+
 With --before REV, each round also starts the job of almost no work through launch.yml and
 `torchfleet launch` of commit REV (a git worktree beside the checkout, sharing its fact cache and
 inventory): the fixed cost before and after a change, side by side in one run.
@@ -94,6 +97,8 @@ def main():
     parser.add_argument("--nproc", type=int, default=1)
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "launch_overhead.json"))
     parser.add_argument("--before", metavar="REV", help="also time the launch of this commit, alternating")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each job of almost no work, and of each floor, in every round")
     args = parser.parse_args()
 
     hosts, cluster_vars = inventory_nodes(args.inventory)
@@ -129,8 +134,11 @@ def main():
     seconds = {name: [] for name in ways}
     for round_ in range(args.runs):
         for name, argv in ways.items():  # alternate, so drift in machine load hits every way alike
-            seconds[name].append(run_timed(argv, env=envs.get(name), cwd=places.get(name, REPO))[0])
-            print(f"run {round_ + 1} {name}: {seconds[name][-1]:.2f} s", flush=True)
+            # The fixed costs are differences of a few tenths between runs that vary as much:
+            # more samples of the short ways in each round, not of the DDP job.
+            for _repeat in range(1 if "tiny" not in name and "floor" not in name else args.repeats):
+                seconds[name].append(run_timed(argv, env=envs.get(name), cwd=places.get(name, REPO))[0])
+                print(f"run {round_ + 1} {name}: {seconds[name][-1]:.2f} s", flush=True)
     medians = {name: round(statistics.median(values), 3) for name, values in seconds.items()}
     job = {name: value for name, value in medians.items() if "tiny" not in name and "floor" not in name}
     ratios = {f"{name[0]}/a": round(value / job["a_hand_mpirun"], 3) for name, value in job.items() if name[0] != "a"}
@@ -147,6 +155,7 @@ def main():
             if name in medians:
                 fixed[f"{name[0]}_before"] = round(medians[name] - medians["a_tiny_hand_mpirun"], 3)
     report = {"commit": commit(), "before": args.before, "nodes": len(hosts), "nproc_per_node": args.nproc, "runs": args.runs,
+              "repeats": args.repeats,
               "seconds": seconds, "median_seconds": medians, "ratios": ratios,
               "fixed_cost_seconds": fixed, "ratios_from_fixed_cost": predicted, "ratios_at_floor": at_floor}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

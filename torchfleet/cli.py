@@ -105,11 +105,11 @@ def _playbook_args(args: argparse.Namespace, **fixed) -> list[str]:
     return cmdline
 
 
-def _progress(args: argparse.Namespace, on_task_start=None):
+def _progress(args: argparse.Namespace):
     from torchfleet.run import Progress
 
     return Progress(stream=sys.stderr, live=sys.stderr.isatty() and not args.verbose,
-                    verbose=args.verbose, on_task_start=on_task_start or {})
+                    verbose=args.verbose)
 
 
 def _results(outcome, action: str, failed: bool = False) -> list[dict]:
@@ -118,15 +118,15 @@ def _results(outcome, action: str, failed: bool = False) -> list[dict]:
     return [item for item in found if item.get("action") == action]
 
 
-def _playbook(args: argparse.Namespace, name: str, ctrl_c=None, on_task_start=None, **fixed):
+def _playbook(args: argparse.Namespace, name: str, ctrl_c=None, **fixed):
     from torchfleet.inventory import inventory_paths
     from torchfleet.run import run
 
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         inventories = inventory_paths(args.inventory, Path(scratch))
         return run(playbook=f"torchfleet.cluster.{name}", inventories=inventories,
-                   cmdline=_playbook_args(args, **fixed), progress=_progress(args, on_task_start),
-                   ctrl_c=ctrl_c, passwords=_passwords(args))
+                   cmdline=_playbook_args(args, **fixed), progress=_progress(args), ctrl_c=ctrl_c,
+                   passwords=_passwords(args))
 
 
 def _finish(args: argparse.Namespace, outcome, payload: dict) -> int:
@@ -205,13 +205,9 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
     from torchfleet import follow
     from torchfleet.run import CtrlC
 
-    # Ready to follow the run the moment the playbook returns: Ansible's ssh plugin is loaded while
-    # the head starts the run, when this machine only waits (not earlier, when its imports would
-    # take the CPU from the playbook's own start).
     ctrl_c = CtrlC()
     try:
         outcome = _playbook(args, "launch", ctrl_c=ctrl_c, run_id=run_id, detach=True,
-                            on_task_start={} if args.detach else {LAUNCH: follow.load_ssh_connection},
                             **{key: value for key, value in (("max_restarts", args.max_restarts),
                                                              ("min_nodes", args.min_nodes)) if value is not None},
                             **launch_vars)
@@ -239,7 +235,11 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
                   f"stop it: torchfleet stop {run_id}")
         return 0
     if result.get("state") != "running":  # it ended before every node's ranks ran: report it
-        return _follow_to_end(args, _launched_target(outcome, args), run_id, record=result)
+        # Nothing to follow: the head by name alone, without Ansible's ssh plugin (0.2 s to load).
+        told = outcome.progress.stats.get("artifact_data", {}).get("torchfleet_run") or {}
+        head = follow.Head(name=told.get("head") or head_name, user=told.get("user", ""),
+                           log_dir=told.get("log_dir", ""), ssh=[])
+        return _follow_to_end(args, {"head": head, "hostvars": {}}, run_id, record=result)
     how = f"submitted as Slurm job {result['job_id']}" if result.get("job_id") else "started"
     print(f"torchfleet: run {run_id} {how} on {head_name} (world size {result.get('world_size')}); "
           f"Ctrl-C stops it; closing this terminal or losing the connection does not "

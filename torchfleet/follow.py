@@ -18,7 +18,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 
 from torchfleet.collection import module_util
@@ -44,31 +43,13 @@ LOGIN_PASSWORDS = ("ansible_password", "ansible_ssh_pass", "ansible_ssh_password
 BECOME_PASSWORDS = ("ansible_become_password", "ansible_become_pass", "ansible_sudo_pass")
 
 
-_loading: threading.Thread | None = None
-
-
-def load_ssh_connection() -> None:
-    """Load Ansible's ssh connection plugin in the background (about 0.2 s of imports here), while
-    a launch's playbook runs, so that following the run afterwards costs nothing more."""
-    global _loading
-    if _loading is None:
-        _loading = threading.Thread(target=_new_ssh_connection, daemon=True)
-        _loading.start()
-
-
-def _new_ssh_connection():
+def _ssh_connection():
     from ansible.playbook.play_context import PlayContext
     from ansible.plugins.loader import connection_loader
 
     # By its short name: the loader finds the builtin plugin without Ansible's collection finder,
     # which this process must not install (module_util imports the collection from sys.path).
     return connection_loader.get("ssh", PlayContext(), None)
-
-
-def _ssh_connection():
-    if _loading is not None:
-        _loading.join()  # one load at a time; the plugin loader caches what it loaded
-    return _new_ssh_connection()
 
 
 def ssh_login(name: str, hostvars: dict, user: str | None = None,

@@ -368,21 +368,6 @@ def test_progress_counts_hosts_and_keeps_failures(tmp_path, live):
         assert "torchfleet: Install\n" in text and "torchfleet: n2: FAILED: Check\n" in text
 
 
-def test_progress_calls_a_modules_hook_once_when_its_task_starts():
-    import io
-
-    from torchfleet.run import Progress
-    called = []
-    progress = Progress(stream=io.StringIO(), on_task_start={"torchfleet.cluster.torchrun_launch": lambda: called.append(1)})
-    start = {"event": "playbook_on_task_start", "event_data": {"task": "Start", "task_action": "torchrun_launch",
-                                                               "resolved_action": "torchfleet.cluster.torchrun_launch"}}
-    progress({"event": "playbook_on_task_start", "event_data": {"task": "Check", "resolved_action": "ansible.builtin.fail"}})
-    assert called == []
-    progress(start)
-    progress(start)
-    assert called == [1]
-
-
 @pytest.mark.parametrize("values", [
     ["script=train.py", "nproc_per_node=2", "launch_mode=rank", "empty=", "path=/a/b-c.d:e", "n=-3", "x=1", "x=2"],
     ["a=1 b=2"], ["a='x y'"], ['{"run_id": "r1", "n": 2}'], ["n: 3"], ["a=b=c"], ['a="q"'], ["x=1", '{"x": 2}']])
