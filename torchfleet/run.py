@@ -83,8 +83,6 @@ class Progress:
     stats: dict = field(default_factory=dict)
     tail: deque = field(default_factory=lambda: deque(maxlen=15))  # Ansible's last output lines
     width: int | None = None  # the terminal's columns; None: asked at each draw (it may be resized)
-    # {module's resolved name: callable}: called once when a task of that module starts.
-    on_task_start: dict = field(default_factory=dict)
     _drawn: int = 0
     _artifacts: Path | None = None
 
@@ -97,12 +95,8 @@ class Progress:
         data = event.get("event_data", {})
         host = data.get("host")
         task = data.get("task", "")
-        if kind == "playbook_on_task_start":
-            if not self.live:
-                print(f"torchfleet: {task}", file=self.stream, flush=True)
-            hook = self.on_task_start.pop(data.get("resolved_action") or data.get("task_action"), None)
-            if hook:
-                hook()
+        if kind == "playbook_on_task_start" and not self.live:
+            print(f"torchfleet: {task}", file=self.stream, flush=True)
         if kind == "playbook_on_stats":
             self.stats = data
         if host and kind.startswith("runner_on_") and kind not in ("runner_on_start",):
