@@ -241,10 +241,14 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
                            log_dir=told.get("log_dir", ""), ssh=[])
         return _follow_to_end(args, {"head": head, "hostvars": {}}, run_id, record=result)
     how = f"submitted as Slurm job {result['job_id']}" if result.get("job_id") else "started"
-    print(f"torchfleet: run {run_id} {how} on {head_name} (world size {result.get('world_size')}); "
-          f"Ctrl-C stops it; closing this terminal or losing the connection does not "
-          f"(torchfleet logs -f {run_id} follows it again)", file=sys.stderr, flush=True)
-    return _follow_to_end(args, _launched_target(outcome, args), run_id, stop_on_interrupt=True)
+    try:  # a Ctrl-C from here on stops the run, as it does while the run is followed
+        print(f"torchfleet: run {run_id} {how} on {head_name} (world size {result.get('world_size')}); "
+              f"Ctrl-C stops it; closing this terminal or losing the connection does not "
+              f"(torchfleet logs -f {run_id} follows it again)", file=sys.stderr, flush=True)
+        target = _launched_target(outcome, args)  # loads Ansible's ssh plugin: 0.2 s or more
+    except KeyboardInterrupt:
+        return _interrupted(args, run_id)
+    return _follow_to_end(args, target, run_id, stop_on_interrupt=True)
 
 
 def _launched_target(outcome, args: argparse.Namespace) -> dict:
