@@ -236,7 +236,7 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
         return 0
     if result.get("state") != "running":  # it ended before every node's ranks ran: report it
         # Nothing to follow: the head by name alone, without Ansible's ssh plugin (0.2 s to load).
-        told = outcome.progress.stats.get("artifact_data", {}).get("torchfleet_run") or {}
+        told = _told(outcome) or {}
         head = follow.Head(name=told.get("head") or head_name, user=told.get("user", ""),
                            log_dir=told.get("log_dir", ""), ssh=[])
         return _follow_to_end(args, {"head": head, "hostvars": {}}, run_id, record=result)
@@ -251,10 +251,15 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
     return _follow_to_end(args, target, run_id, stop_on_interrupt=True)
 
 
+def _told(outcome) -> dict | None:
+    """What the launch playbook told the command (set_stats torchfleet_run), if it did."""
+    return outcome.progress.stats.get("artifact_data", {}).get("torchfleet_run")
+
+
 def _launched_target(outcome, args: argparse.Namespace) -> dict:
     """The head and how to reach it, as the launch playbook told (set_stats: the connection
     variables as Ansible resolved them), so the inventory need not be read again."""
-    told = outcome.progress.stats.get("artifact_data", {}).get("torchfleet_run")
+    told = _told(outcome)
     if not told or told.get("passwords_in_inventory"):  # never told: read them there
         return _follow_target(args)
     hostvars = {key: value for key, value in told["connection"].items() if value not in (None, "")}
