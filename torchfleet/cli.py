@@ -15,6 +15,9 @@ from pathlib import Path
 
 from torchfleet import __version__
 
+# The states of a run still going, as the head's record says them (its record.ACTIVE).
+ACTIVE_STATES = ("starting", "running", "restarting")
+
 
 def _cluster(args: argparse.Namespace) -> int:
     from torchfleet import devcluster  # only this command needs it: the others start sooner
@@ -225,16 +228,16 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
             _finish(args, outcome, {})
         return REFUSED
     head_name = result.get("nodes", ["?"])[0]
-    if result.get("state") == "running" and args.detach:
+    if result.get("state") in ACTIVE_STATES and args.detach:
         if args.json:
-            print(json.dumps({"run_id": run_id, "state": "running", "head": head_name,
+            print(json.dumps({"run_id": run_id, "state": result.get("state"), "head": head_name,
                               "log_dir": result.get("log_dir"), "world_size": result.get("world_size")}, indent=1))
         else:
             print(f"run {run_id} is running on {head_name}, detached (world size {result.get('world_size')})")
             print(f"follow it: torchfleet logs -f {run_id}; wait for its end: torchfleet wait {run_id}; "
                   f"stop it: torchfleet stop {run_id}")
         return 0
-    if result.get("state") != "running":  # it ended before every node's ranks ran: report it
+    if result.get("state") not in ACTIVE_STATES:  # it ended before every node's ranks ran: report it
         # Nothing to follow: the head by name alone, without Ansible's ssh plugin (0.2 s to load).
         told = _told(outcome) or {}
         head = follow.Head(name=told.get("head") or head_name, user=told.get("user", ""),
@@ -451,7 +454,7 @@ def _logs(args: argparse.Namespace) -> int:
         print(f"# {record['run_id']} ({record['state']})", flush=True)
         lines.seek(0)
         shutil.copyfileobj(lines, sys.stdout)
-    if record.get("state") == "running":
+    if record.get("state") in ACTIVE_STATES:
         print(f"torchfleet: run {record['run_id']} is still running (torchfleet logs -f follows it)",
               file=sys.stderr)
     else:
@@ -507,7 +510,7 @@ def _runs(args: argparse.Namespace) -> int:
                   else run.get("failed_host") or "")
         if run.get("job_id"):  # a Slurm job: its id, and while it lasts its state and reason
             job = f"slurm job {run['job_id']}"
-            if run.get("state") == "running":
+            if run.get("state") in ACTIVE_STATES:
                 reason = run.get("job_reason")
                 job += f" {run.get('job_state')}" + (f" ({reason})" if reason and reason != "None" else "")
             failed = f"{failed}  [{job}]".strip()
@@ -754,7 +757,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the N newest runs")
     runs.add_argument("--older-than", type=float, metavar="DAYS",
                       help="with --prune: only runs started more than DAYS days ago")
-    runs.add_argument("--state", choices=["running", "succeeded", "failed", "stopped", "timed_out", "lost"],
+    runs.add_argument("--state", choices=[*ACTIVE_STATES, "succeeded", "failed", "stopped", "timed_out", "lost"],
                       help="only runs in this state")
     runs.add_argument("-n", dest="count", type=int, metavar="N", help="only the N newest (after --state)")
     runs.set_defaults(func=_runs)

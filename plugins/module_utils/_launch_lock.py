@@ -5,21 +5,51 @@
 before its checks of the nodes until its supervisor has recorded the run. A second start
 meanwhile is refused before it checks, copies or starts anything, naming the run that holds the
 lock; once that run is recorded, the checks find it alive and refuse as before. The lock is the
-kernel's (flock): a start that dies, however, lets it go with its process. Its file is the
-training account's scratch in the temporary directory, not in the runs' directory: a launch that
-is refused leaves every file of the account as it was."""
+kernel's (flock): a start that dies, however, lets it go with its process. Its file lives in a
+directory only the training account can write (its runtime directory, else
+~/.local/state/torchfleet, mode 0700), never under a name another account could take first in a
+shared /tmp; not in the runs' directory: a launch that is refused leaves every run as it was."""
 
 from __future__ import annotations
 
 import fcntl
 import os
-import tempfile
+import stat
 import time
+
+LOCK_NAME = "launch.lock"
+
+
+def lock_dir() -> str:
+    """The account's own directory for the lock: $XDG_RUNTIME_DIR/torchfleet where the runtime
+    directory is this account's (a tmpfs, gone at reboot with every lock in it), else
+    ~/.local/state/torchfleet."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        try:
+            found = os.stat(runtime)
+            if found.st_uid == os.getuid() and stat.S_IMODE(found.st_mode) & 0o077 == 0:
+                return os.path.join(runtime, "torchfleet")
+        except OSError:
+            pass
+    return os.path.join(os.path.expanduser("~"), ".local", "state", "torchfleet")
 
 
 def lock_path() -> str:
-    """The head's lock for this account's launches (one file per user, in the temporary directory)."""
-    return os.path.join(tempfile.gettempdir(), f"torchfleet-launch-{os.getuid()}.lock")
+    """The head's lock for this account's launches and restarts."""
+    return os.path.join(lock_dir(), LOCK_NAME)
+
+
+def own_directory(path: str) -> None:
+    """Make `path` (and its parents) this account's, mode 0700; OSError naming the fix where it
+    is another account's or others may write it."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    found = os.lstat(path)
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
+        raise OSError(f"{path} is not a directory of this account (uid {os.getuid()}): remove it, "
+                      f"or set XDG_RUNTIME_DIR to a directory of this account's")
+    if stat.S_IMODE(found.st_mode) != 0o700:
+        os.chmod(path, 0o700)
 
 
 class LaunchLocked(Exception):
@@ -28,7 +58,10 @@ class LaunchLocked(Exception):
 
 def hold(run_id: str, path: str | None = None) -> int:
     """Take the lock (a file descriptor to keep open until the run is recorded, then `release`),
-    or raise LaunchLocked naming the run that holds it. Never through a link: /tmp is everyone's."""
+    or raise LaunchLocked naming the run that holds it; OSError naming the fix where the lock's
+    directory is not the account's own."""
+    if path is None:
+        own_directory(lock_dir())
     fd = os.open(path or lock_path(), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -121,9 +121,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("start_timeout", "int", "Seconds from the launcher's start to a process of the run on every "
            "node; a launch past it is ended, naming the nodes where none started. 0 for no limit.",
            default=180),
-    Option("heartbeat_timeout", "int", "Seconds a node may not answer on the cluster network (a TCP "
-           "connection to its ssh port, which its kernel answers however busy the node is) before the "
-           "run is ended, naming it as the cause; 0 leaves it to silent_node_timeout.", default=12),
+    Option("heartbeat_timeout", "int", "Seconds a node may be silent (no beat from it over its ssh session "
+           "with the head) before it is lost, which ends the attempt, naming it; a node whose session closes "
+           "and that no longer answers (killed, crashed, rebooted) is acted on at once. Shorter silences (a "
+           "network blip, a pause) are waited out, as mpirun and torchrun wait; 0 leaves a silent node to "
+           "silent_node_timeout.", default=30),
     Option("max_restarts", "int", "Restart a run that failed for a reason a restart can help (a node lost "
            "or cut off, a rank killed by a signal, a rank's non-zero exit not in final_exit_codes) up to "
            "this many times, on the nodes that answer, each attempt with TORCHFLEET_RESTART_COUNT set; 0 "

@@ -12,18 +12,20 @@ import dataclasses
 import os
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import probe_nodes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
+    ACTIVE,
     PLAN_FILE,
     RESULT,
     SupervisorPlan,
     read_state,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import write_file
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import plan_from_dict, render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import Node, plan_from_dict, render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import (
-    copy_head_package,
     follow_run,
+    install_head_package,
     launcher_env,
     start_supervisor,
 )
@@ -38,8 +40,9 @@ def restart_refusal(record: dict | None, plan: SupervisorPlan | None, run_id: st
         return (f"no run {run_id} in {os.path.dirname(run_dir)} on this node: give the id of a run "
                 f"of this cluster (torchfleet runs lists them) and the log_dir it ran with")
     state = record.get("state")
-    if state == "running":
-        return f"run {run_id} is still running: stop it first ({STOP_HINT}), or wait for it"
+    if state in ACTIVE:
+        return (f"run {run_id} is {state} (its supervisor, pid {record.get('supervisor_pid')}, holds it): "
+                f"stop it first ({STOP_HINT}), or wait for it")
     if state not in RESTARTABLE:
         return f"run {run_id} {state}: there is nothing to restart; launch a new run instead"
     if plan.scheduler != "none" or plan.mode == "mpich" or not plan.launch_plan:
@@ -66,11 +69,36 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
                                launch_plan=dict(plan.launch_plan, ssh_control_path=None))
 
 
+def other_runs(module, plan: SupervisorPlan) -> list[dict]:
+    """The runs of torchfleet other than this one alive on the run's nodes that answer now
+    ([{node, run_id, pids}]): a restart onto them would put two trainings on one set of devices."""
+    nodes = [Node(**node) for node in plan.launch_plan["nodes"]]
+    if not plan.check_nodes:
+        nodes = [node for node in nodes if node.name == plan.head]
+    ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
+    answers = probe_nodes(nodes, plan.head, ssh, plan.python, {node.name: {"expect": {}} for node in nodes},
+                          timeout=15, connect_timeout=3)
+    return [{"node": node.name, **run} for node in nodes for run in group_runs(answers[node.name].get("runs", []))
+            if run["run_id"] != plan.run_id]
+
+
 def run_restarted(module) -> None:
     p = module.params
     run_id = p["run_id"]
     log_dir = os.path.expanduser(p["log_dir"])
     run_dir = os.path.join(log_dir, run_id)
+    result = {"changed": False, "run_id": run_id, "log_dir": run_dir, "state_file": os.path.join(run_dir, "state.json")}
+    if not module.check_mode:
+        # Taken before the record is read, and held until the new supervisor has taken the run:
+        # a second restart (or a launch) meanwhile is refused here, or finds the run active.
+        try:
+            module.launch_lock = _launch_lock.hold(run_id)
+        except _launch_lock.LaunchLocked as held:
+            module.fail_json(msg=f"refusing to restart: another launch or restart is starting on this cluster "
+                                 f"({held}); restart once it has ended", **result)
+        except OSError as err:
+            module.fail_json(msg=f"cannot take the launch lock {_launch_lock.lock_path()} on the head: {err}",
+                             **result)
     record = read_state(run_dir)
     try:
         plan = SupervisorPlan.read(run_dir)
@@ -78,7 +106,7 @@ def run_restarted(module) -> None:
         plan = None
     refusal = restart_refusal(record, plan, run_id, run_dir)
     if refusal:
-        module.fail_json(msg=f"refusing to restart: {refusal}", run_id=run_id)
+        module.fail_json(msg=f"refusing to restart: {refusal}", **result)
     plan = restarted_plan(module, plan, record)
     # The environment the run had, but for values never written down: its secrets, given again.
     rendered = render(plan_from_dict(plan.launch_plan))
@@ -86,22 +114,22 @@ def run_restarted(module) -> None:
     if missing:
         module.fail_json(msg=f"run {run_id} passed the secrets {', '.join(missing)} to its ranks, and they are "
                              f"never stored: give them again (env_secrets; launch_env_secrets with the "
-                             f"variables set on the controller)", run_id=run_id)
+                             f"variables set on the controller)", **result)
     env = launcher_env(os.environ, set(rendered.inherit), rendered.env,
                        {name: str(p["env_secrets"][name]) for name in rendered.secrets})
-    result = {"changed": False, "run_id": run_id, "log_dir": run_dir, "state_file": os.path.join(run_dir, "state.json"),
-              "launcher_log": plan.paths["launcher"], "attempt": plan.first_attempt}
+    result.update(launcher_log=plan.paths["launcher"], attempt=plan.first_attempt)
+    others = other_runs(module, plan)
+    if others:
+        listed = "; ".join(f"on {run['node']}: {run['run_id']} (pids {', '.join(map(str, run['pids']))})"
+                           for run in others)
+        module.fail_json(msg=f"refusing to restart run {run_id}: another torchfleet run is alive {listed}. "
+                             f"Stop it first with {STOP_HINT}, or wait for it, then restart", runs=others, **result)
     if module.check_mode:
         module.exit_json(**result)
     try:
-        module.launch_lock = _launch_lock.hold(run_id)
-    except _launch_lock.LaunchLocked as held:
-        module.fail_json(msg=f"refusing to restart: another launch is starting on this cluster ({held}); "
-                             f"restart once it has ended", **result)
-    try:
-        # The head package of this collection (a fixed one included), and the plan with the
-        # attempt; the record reads `running` again once the new supervisor writes it.
-        package = copy_head_package(os.path.join(run_dir, "supervisor"))
+        # The plan with the attempt; the record is the new supervisor's once it begins it.
+        package = install_head_package()
+        plan = dataclasses.replace(plan, package=package)
         write_file(os.path.join(run_dir, PLAN_FILE), plan.to_json().encode())
     except OSError as err:
         module.fail_json(msg=f"cannot prepare run {run_id}'s restart in {run_dir}: {err}", **result)
@@ -112,7 +140,7 @@ def run_restarted(module) -> None:
     shown = {key: getattr(record, key) for key in record.keys(RESULT)}
     result.update({key: value for key, value in shown.items() if value is not None},
                   nodes=record.nodes, world_size=record.world_size)
-    if record.state == "running":
+    if record.state in ACTIVE:
         module.exit_json(**result)
     msg = result.pop("msg")
     if record.state != "succeeded":

@@ -4,11 +4,14 @@ in it, its supervisor, and following the run until its ranks run (detach) or it 
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import os
 import pkgutil
 import secrets
 import select
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,10 +29,12 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe imp
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
+    ACTIVE,
     PLAN_FILE,
     RESULT,
     STATE_FILE,
     RunRecord,
+    RunState,
     SupervisorPlan,
     read_state,
 )
@@ -169,15 +174,38 @@ def _caller_gone() -> bool:
     return any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poller.poll(0))
 
 
-def copy_head_package(directory: str) -> str:
-    """Write the head package's files into `directory` (as `_head/`, its own name), and beside
-    them the renderer and the batch script's writer (`launch_plan.py`, `batch_script.py`: a
-    restart renders the launch, or writes the Slurm job, again); its path."""
-    package = os.path.join(directory, _head.__name__.rpartition(".")[2])
-    for name in _head.FILES:
-        write_file(os.path.join(package, name + ".py"), _head.source(name).encode())
+def head_package_files() -> dict:
+    """{file name: bytes} of the head package as it is installed: its own files, and beside them
+    the renderer and the batch script's writer (`launch_plan.py`, `batch_script.py`: a restart
+    renders the launch, or writes the Slurm job, again)."""
+    files = {name + ".py": _head.source(name).encode() for name in _head.FILES}
     for name in ("launch_plan", "batch_script"):
-        write_file(os.path.join(package, name + ".py"), _module_util_source(f"_{name}.py"))
+        files[name + ".py"] = _module_util_source(f"_{name}.py")
+    return files
+
+
+def install_head_package(home: str | None = None) -> str:
+    """The head package of this version, installed once for the training account under
+    ~/.local/share/torchfleet/head/DIGEST/_head (written whole elsewhere, then renamed into
+    place, so a start beside this one never sees half of it); its path."""
+    files = head_package_files()
+    digest = hashlib.sha256(b"".join(name.encode() + b"\0" + files[name] for name in sorted(files))).hexdigest()[:16]
+    root = os.path.join(home or os.path.expanduser("~"), ".local", "share", "torchfleet", "head")
+    name = _head.__name__.rpartition(".")[2]
+    package = os.path.join(root, digest, name)
+    if os.path.isdir(package):
+        return package
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{digest}-", dir=root)
+    try:
+        for filename, content in files.items():
+            write_file(os.path.join(staging, name, filename), content)
+        os.chmod(staging, 0o755)
+        os.rename(staging, os.path.join(root, digest))
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not os.path.isdir(package):  # not another start's install meanwhile
+            raise
     return package
 
 
@@ -192,8 +220,8 @@ def _module_util_source(filename: str) -> bytes:
 
 
 def prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result):
-    """The run's directory on the head: hostfile, the plan for the supervisor, and the head
-    package it runs from (`supervisor/_head/`). Returns the package's directory there."""
+    """The run's directory on the head: hostfile and the plan for the supervisor; and the head
+    package it runs from, installed for this version. Returns the package's directory."""
     p = module.params
     try:
         os.makedirs(p["log_dir"], mode=0o750, exist_ok=True)
@@ -202,9 +230,8 @@ def prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result):
         with open(os.open(plan.hostfile_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640),
                   "w") as handle:
             handle.write(rendered.hostfile)
-        lib = os.path.join(run_dir, "supervisor")
-        os.mkdir(lib, 0o750)
-        package = copy_head_package(lib)
+        package = install_head_package()
+        supervisor_plan = dataclasses.replace(supervisor_plan, package=package)
         write_file(os.path.join(run_dir, PLAN_FILE), supervisor_plan.to_json().encode())
     except OSError as err:
         module.fail_json(msg=f"cannot prepare the run directory {run_dir}: {err}", **result)
@@ -230,8 +257,7 @@ def start_supervisor(module, run_dir, package, env, result, restarted=False):
     module.supervised = True
     while True:
         record = read_record(run_dir)
-        if record and record.supervisor_pid == proc.pid and (
-                restarted or record.launcher_pid or record.job_id or record.state != "running"):
+        if record and record.supervisor_pid == proc.pid and (restarted or record.state != RunState.STARTING.value):
             # Recorded: a launch after this one finds the run alive and says so.
             _launch_lock.release(module.launch_lock)
             return proc
@@ -253,7 +279,7 @@ def follow_run(module, plan, run_dir, supervisor_proc, control_dir) -> RunRecord
     stopping = False
     while True:
         record = read_record(run_dir)
-        if record.state != "running":
+        if record.state not in ACTIVE:
             supervisor_proc.wait()
             return record
         if _Interrupt.signum in (signal.SIGTERM, signal.SIGINT) and not stopping:
@@ -306,8 +332,8 @@ def start_run(module, control_dir):
                                  f"and one launch at a time may start. Launch again once it has ended, or "
                                  f"stop it first with {STOP_HINT}", run_id=run_id)
         except OSError as err:
-            module.fail_json(msg=f"cannot take the launch lock {_launch_lock.lock_path()} on the head: {err}; "
-                                 f"remove it if another account made it", run_id=run_id)
+            module.fail_json(msg=f"cannot take the launch lock {_launch_lock.lock_path()} on the head: {err}",
+                             run_id=run_id)
     stale = preflight_nodes(module, plan, run_dir, digests, control_dir)
     result["stale_files"] = stale
     if module.check_mode:
@@ -354,7 +380,7 @@ def start_run(module, control_dir):
     # Not a null rc while the run goes on: Ansible fails a task whose result has an rc other than 0.
     shown = {key: getattr(record, key) for key in RunRecord.keys(RESULT)}
     result.update({key: value for key, value in shown.items() if value is not None})
-    if record.state == "running":  # detached: the run goes on
+    if record.state in ACTIVE:  # detached: the run goes on
         module.exit_json(**result)
     msg = result.pop("msg")
     if _Interrupt.signum is not None:

@@ -202,21 +202,22 @@ options:
     default: 0
   heartbeat_timeout:
     description:
-      - Seconds a node may not answer on the cluster network before its run is ended, naming that
-        node as the cause (RV(lost_nodes)). Every 3 s the run's supervisor opens a TCP connection
-        from the head to each other node, on port 1 (closed, so the node's kernel refuses it, an answer
-        too, and no program logs it), or on port 22 where a firewall drops port 1. The kernel
-        answers however busy the training keeps the node, so a node cut off, powered off or crashed
-        is told from a slow one. A node that answers on neither at the start is not watched.
-      - A hung node (its kernel still answers, nothing on it runs) is found the same way. Every 4 s
-        the supervisor has each node run C(true) over ssh, and one that ran it once and has not for
-        this many seconds is lost too.
-      - A run that fails while a node does not answer names that node first, as the cause of the
-        ranks elsewhere that failed after it.
-      - Open MPI modes with O(check_nodes), not under O(scheduler=slurm). V(0) leaves a silent node
-        to O(silent_node_timeout).
+      - Seconds a node may be silent before it is lost, which ends the attempt (or the run),
+        naming that node as the cause (RV(lost_nodes)). The run's supervisor keeps one ssh session
+        open to each other node, on which the node writes a beat every second. No beat for 3.5 s
+        makes a node silent (several beats missed, not one slow one); silent for this many
+        seconds, it is lost. A shorter silence (a switch failover, a spanning-tree change, a long
+        pause of the node, a swap storm) is waited out, as mpirun and torchrun wait, and costs
+        nothing. The default, 30 s, waits out the common blips of 10 to 30 s; a real loss costs
+        at most that much more time.
+      - A node whose processes are proven dead is acted on at once, without this wait. Its session
+        closes (killed, out of memory, crashed, rebooted) and the node does not answer on its ssh
+        port within 0.5 s, or answers with a new boot.
+      - A run that fails while a node is silent names that node first, as the cause of the ranks
+        elsewhere that failed after it.
+      - Open MPI modes with O(check_nodes). V(0) leaves a silent node to O(silent_node_timeout).
     type: int
-    default: 12
+    default: 30
   silent_node_timeout:
     description:
       - Open MPI modes. Seconds after which a node that went silent (cut off from the network,
@@ -699,9 +700,9 @@ attempts:
       type: str
 lost_nodes:
   description:
-    - The nodes that stopped answering on the cluster network during the run, each with the time it
-      last answered (UTC, ISO 8601), when that ended the run (O(heartbeat_timeout)) or came before
-      its failure.
+    - The nodes that died, or were silent, during the run, each with the time it died or last
+      answered (the head's clock, UTC, ISO 8601), when that ended the run (O(heartbeat_timeout)) or
+      came before its failure.
   returned: when a node stopped answering
   type: dict
   sample: {gpu02: "2026-11-21T10:31:02+00:00"}

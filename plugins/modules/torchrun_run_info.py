@@ -55,7 +55,7 @@ EXAMPLES = r"""
   torchfleet.cluster.torchrun_run_info:
     run_id: tf-20261123-101502-ab12cd
   register: run
-  until: run.runs[0].state != 'running'
+  until: run.runs[0].state not in ['starting', 'running', 'restarting']
   retries: 720
   delay: 10
 """
@@ -72,7 +72,7 @@ runs:
       type: str
       sample: tf-20261123-101502-ab12cd
     state:
-      description: V(running), V(succeeded), V(failed), V(stopped), V(timed_out) or V(lost).
+      description: V(starting), V(running), V(restarting) (between two attempts), V(succeeded), V(failed), V(stopped), V(timed_out) or V(lost).
       type: str
       sample: failed
     rc:

@@ -1,15 +1,21 @@
 """The program on the head: what runs there outside Ansible, standard library only.
 
-- supervisor: owns a run from its start to its end (`python3 -S -m _head.supervisor RUN_DIR`);
+- supervisor: owns a run from its start to its end (`python3 -S -m _head.supervisor RUN_DIR`),
+  one attempt's launcher at a time;
+- attempts: the attempt loop and the restart policy (the nodes, the port of the next attempt);
+- liveness: whether each node is alive, dead (proven at once) or silent (tolerated);
+- transitions: the one writer of the run's record, its states and who may change them;
+- guardian: ends a run whose supervisor died, and records it lost;
+- slurm_job: the run's Slurm job; slurm: Slurm as the launch checks and drives it;
 - record: the run's record (state.json) and the supervisor's plan (run.json), and the follower
   of a run's output (`python3 -S -m _head.record follow RUN_DIR`);
-- report: what a run's logs say (the failing rank, the messages);
+- report: what a run's logs say (the failing rank) and the words of every end;
 - probe: what a launch asks of each node (`python3 -S -m _head.probe`, a JSON request on stdin);
-- fanout: the head's ssh to the other nodes (probes, the clean-up, the ssh masters);
-- slurm: Slurm as the launch checks and drives it.
+- fanout: the head's ssh to the other nodes (probes, the clean-up, the ssh masters).
 
-The launch module copies the package whole into each run's directory (`supervisor/_head/`), so a
-run keeps the code it started with. The files are imported within the package by relative
+The launch module installs the package once per version on the head (a directory named for the
+digest of its files, see _launch_start.install_head_package): every run of that version starts
+from it, and a run restarted by hand starts from the version that restarts it. The files are imported within the package by relative
 imports alone, so the package works under any name: ansible_collections...module_utils._head
 (module, filters, CLI) and `_head` on the head. record.py and probe.py import nothing of the
 package: they also travel alone, as the text of one `python3 -S -c` argument (the follower from
@@ -21,7 +27,8 @@ from __future__ import annotations
 import os
 
 # The package's files, as the launch module copies them to the head.
-FILES = ("__init__", "fanout", "probe", "record", "report", "slurm", "supervisor")
+FILES = ("__init__", "attempts", "fanout", "guardian", "liveness", "probe", "record", "report", "slurm",
+         "slurm_job", "supervisor", "transitions")
 
 
 def source(name: str) -> str:

@@ -16,6 +16,7 @@ library, and nothing of its package.
 from __future__ import annotations
 
 import collections
+import enum
 import glob
 import json
 import os
@@ -32,7 +33,22 @@ from dataclasses import asdict, dataclass, field, fields, replace
 STATE_FILE = "state.json"
 PLAN_FILE = "run.json"
 LAUNCHER_LOG = "launcher.log"
-ENDED = ("succeeded", "failed", "stopped", "timed_out")
+
+
+class RunState(str, enum.Enum):
+    """A run's states, as its record says them. Each change is a transition (transitions.py)."""
+    STARTING = "starting"  # its supervisor holds it; the launcher is not started yet
+    RUNNING = "running"  # an attempt's launcher runs (or its Slurm job is submitted)
+    RESTARTING = "restarting"  # between two attempts: the nodes fenced, waited for
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    TIMED_OUT = "timed_out"
+    LOST = "lost"  # its supervisor died: its guardian ended it, or nobody recorded how it ended
+
+
+ACTIVE = (RunState.STARTING.value, RunState.RUNNING.value, RunState.RESTARTING.value)
+ENDED = (RunState.SUCCEEDED.value, RunState.FAILED.value, RunState.STOPPED.value, RunState.TIMED_OUT.value)
 # The follower's lines on stdout: "L <output line>" while the run goes on, "S <status>" when a
 # scheduler's job changes state (pending and why, running), "E <record>" once.
 LINE, STATUS, END = "L ", "S ", "E "
@@ -65,7 +81,7 @@ class RunRecord:
     torchrun_run_info and the torchfleet command. Its keys are these fields; the optional ones
     appear once the run has them (a Slurm job's state, the end's tails and clean-up)."""
     run_id: str | None = field(default=None, metadata=_shown(LISTED, REPORTED))
-    state: str = field(default="running", metadata=_shown(RESULT, LISTED, REPORTED))  # then ENDED, lost
+    state: str = field(default="starting", metadata=_shown(RESULT, LISTED, REPORTED))  # a RunState
     rc: int | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
     started: str | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED))
     ended: str | None = field(default=None, metadata=_shown(RESULT, LISTED))
@@ -170,6 +186,7 @@ class SupervisorPlan:
     # A run restarted by hand (torchrun_launch state=restarted): the number of its first attempt
     # here, after those its record lists; 0 for a new run.
     first_attempt: int = 0
+    package: str | None = None  # the head package installed for this run's version (its record.py)
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:
@@ -258,8 +275,8 @@ def read_state(run_dir: str) -> dict | None:
             record = json.load(handle)
     except (OSError, ValueError):
         return None
-    if record.get("state") == "running" and not supervisor_alive(record):
-        # Read, never written: whoever reads it says the same, and none says "running".
+    if record.get("state") in ACTIVE and not supervisor_alive(record):
+        # Read, never written: whoever reads it says the same, and none says it runs.
         rebooted = record.get("boot_id") not in (None, boot_id())
         record["state"] = "lost"
         record["msg"] = (f"run {record.get('run_id')} is lost: its supervisor is gone ("
@@ -537,8 +554,9 @@ class RunOutput:
             if group[index] == self.plan["head"]:
                 self.head_files.append((group, index, WorkerFiles(directory, locals_, from_start)))
                 continue
-            if self.source is None:
-                with open(os.path.join(self.run_dir, "supervisor", "_head", "record.py"), encoding="utf-8") as handle:
+            if self.source is None:  # this file, from the head package the run started from
+                package = self.plan.get("package") or os.path.join(self.run_dir, "supervisor", "_head")
+                with open(os.path.join(package, "record.py"), encoding="utf-8") as handle:
                     self.source = handle.read()
             reader = NodeReader(index, by_name[group[index]], self.plan, self.source, directory, from_start,
                                 self.queue, group)
@@ -630,11 +648,11 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
             write(lines)
     while True:
         # A scheduler's job: its state and Slurm's reason, each time they change (pending, running).
-        if record.get("state") == "running" and record.get("job_state") and record.get("msg") != said:
+        if record.get("state") in ACTIVE and record.get("job_state") and record.get("msg") != said:
             said = record.get("msg")
             out.write(STATUS + said + "\n")
             out.flush()
-        if record.get("state") != "running" or not until_end:
+        if record.get("state") not in ACTIVE or not until_end:
             # The launcher's last words and the ranks' were written before the record.
             for lines in output.finish():
                 write(lines)

@@ -11,12 +11,19 @@ import glob
 import os
 import re
 import signal
+from datetime import datetime, timezone
 
 from .probe import clipped, log_tail, read_end
 from .record import slot_owner, untagged
 
 STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop --all)"
 TAIL_LINES = 20
+
+
+def now_iso(at: float | None = None) -> str:
+    """The head's clock, UTC, ISO 8601, of now or of the time.time() `at`."""
+    when = datetime.now(timezone.utc) if at is None else datetime.fromtimestamp(at, timezone.utc)
+    return when.isoformat(timespec="seconds")
 
 
 def exit_status(returncode: int) -> int:
@@ -292,3 +299,36 @@ def failure_message(run_id, rc, failure, paths) -> str:
             what += f"; its log: {failure['failed_log']} on {failure['failed_host']}"
     return (f"run {run_id} failed (launcher rc {rc}): {what}; launcher log: {paths['launcher']}; "
             f"all logs of the run under {paths['run']} (failed_log_tail has the last lines)")
+
+
+def nodes_ended_message(causes: list[str], run_id: str, run_dir: str, left: str) -> str:
+    """An attempt ended for nodes dead or lost (`causes`, each naming its node)."""
+    return f"{'; '.join(causes)}; run {run_id} was ended; logs under {run_dir}{left}"
+
+
+def never_started_message(run_id: str, start_timeout: int, late, run_dir: str, left: str) -> str:
+    return (f"run {run_id} did not start within start_timeout ({start_timeout} s): no process "
+            f"of it ran on {', '.join(late)} (a launcher waiting for a node whose daemon cannot call "
+            f"back: check the node's cluster interface and firewall, or raise start_timeout), and it "
+            f"was ended; logs under {run_dir}{left}")
+
+
+def stopped_message(run_id: str, signum: int, run_dir: str, left: str) -> str:
+    return (f"run {run_id} was stopped ({signal.Signals(signum).name} to its "
+            f"supervisor: launch_action=stop, torchfleet stop or Ctrl-C); logs under {run_dir}{left}")
+
+
+def supervisor_failed_message(run_id: str, err: BaseException, ended: str, run_dir: str) -> str:
+    return (f"the supervisor of run {run_id} failed: {type(err).__name__}: {err}; {ended}; "
+            f"see supervisor.log in {run_dir}")
+
+
+def guardian_message(run_id: str, died: str, done: dict, run_dir: str) -> str:
+    """What the guardian of a supervisor that died did (guardian.end_everywhere's `done`)."""
+    ended = done["ended"]
+    return (f"the supervisor of run {run_id} died at {died} (killed, out of memory, or failed): its "
+            f"guardian ended the run ({len(done['stopped'])} process(es) on the head"
+            + (f", {sum(len(p) for p in ended['stopped'].values())} on the other nodes" if ended else "")
+            + ")" + (cleanup_message(ended) if ended else "")
+            + ("; " + "; ".join(done["problems"]) if done["problems"] else "")
+            + f"; logs under {run_dir}")

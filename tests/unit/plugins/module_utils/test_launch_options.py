@@ -88,7 +88,7 @@ def test_good_restart_options_pass():
 
 
 def test_which_ends_a_restart_can_help():
-    from ansible_collections.torchfleet.cluster.plugins.module_utils._head.supervisor import restart_cause
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._head.attempts import restart_cause
     lost = {"lost_nodes": {"n2": "2026-11-25T10:00:00+00:00"}, "failed_rank": 1, "failed_exit_code": 1}
     assert restart_cause("failed", lost, [], [], []) == "n2 stopped answering at 2026-11-25T10:00:00+00:00"
     rank = {"failed_rank": 3, "failed_host": "n1", "failed_exit_code": 137}

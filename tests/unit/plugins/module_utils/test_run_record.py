@@ -313,10 +313,12 @@ def _worker_run(tmp_path, nodes=("n0",), ssh="ssh"):
     """A run whose ranks write only to torchrun's files (2 workers a node), as the module leaves
     it: run.json, the record, the package's record.py."""
     run_dir = tmp_path / "w1"
-    (run_dir / "supervisor" / "_head").mkdir(parents=True)
-    (run_dir / "supervisor" / "_head" / "record.py").write_text(_head.source("record"))
+    package = tmp_path / "installed" / "_head"
+    package.mkdir(parents=True)
+    (package / "record.py").write_text(_head.source("record"))
+    run_dir.mkdir()
     workers = run_dir / "workers"
-    plan = {"worker_files": True, "paths": {"workers": str(workers)}, "head": nodes[0], "nproc": 2,
+    plan = {"package": str(package), "worker_files": True, "paths": {"workers": str(workers)}, "head": nodes[0], "nproc": 2,
             "nodes": [{"name": name, "address": name} for name in nodes], "python": sys.executable,
             "ssh": ssh}
     (run_dir / "run.json").write_text(json.dumps(plan))
@@ -478,7 +480,7 @@ def _plan(**changes):
 
 @pytest.mark.parametrize("record, plan, said", [
     (None, None, "no run r1 in /r on this node"),
-    ({"state": "running"}, {}, "run r1 is still running: stop it first"),
+    ({"state": "running"}, {}, "run r1 is running (its supervisor, pid None, holds it): stop it first"),
     ({"state": "succeeded"}, {}, "run r1 succeeded: there is nothing to restart"),
     ({"state": "failed"}, {"scheduler": "slurm"}, "it ran through Slurm"),
     ({"state": "lost"}, {"mode": "mpich"}, "it ran through MPICH's mpiexec"),
@@ -494,7 +496,7 @@ def test_which_runs_a_restart_by_hand_takes(record, plan, said):
 
 
 def test_a_run_without_restarts_gets_its_one_attempt_from_its_record():
-    from ansible_collections.torchfleet.cluster.plugins.module_utils._head.supervisor import earlier_attempts
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._head.attempts import earlier_attempts
 
     failed = {"state": "failed", "started": "t0", "ended": "t1", "nodes": ["n0"], "world_size": 2,
               "failed_rank": 1, "failed_host": "n0", "failed_exit_code": 3, "rc": 1, "msg": "run r1 failed ..."}

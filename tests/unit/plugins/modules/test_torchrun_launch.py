@@ -34,7 +34,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
     render,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_start as start
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import fanout, supervisor
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import fanout, supervisor, transitions
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
     PLAN_FILE,
     SupervisorPlan,
@@ -648,11 +648,14 @@ def test_the_head_package_lists_each_of_its_files():
     assert sorted(_head.FILES) == sorted(path.stem for path in here.glob("*.py"))
 
 
-def test_the_supervisor_runs_from_its_copy_in_the_run_directory(tmp_path):
+def test_the_supervisor_runs_from_the_package_installed_once_for_its_version(tmp_path):
     run_dir = tmp_path / "tf-unit-supervised"
-    (run_dir / "supervisor").mkdir(parents=True)
-    package = start.copy_head_package(str(run_dir / "supervisor"))
-    assert package == str(run_dir / "supervisor" / "_head")
+    run_dir.mkdir(parents=True)
+    package = start.install_head_package(str(tmp_path / "home"))
+    assert start.install_head_package(str(tmp_path / "home")) == package  # once per version
+    installed = Path(package).parent.parent
+    assert package.startswith(str(tmp_path / "home" / ".local" / "share" / "torchfleet" / "head"))
+    assert [path.name for path in installed.iterdir()] == [Path(package).parent.name]  # nothing half-written left
     paths = {"run": str(run_dir), "launcher": str(run_dir / "launcher.log"), "ranks": "", "workers": ""}
     plan = SupervisorPlan(
         run_id=run_dir.name, argv=[sys.executable, "-c", "import os; print(os.getcwd())"], cwd=None,
@@ -685,19 +688,19 @@ def test_a_changed_cluster_interface_is_named_with_what_setup_recorded():
     assert interface_change(Node("n2", "n2.cluster", 1, "eth0"), {"eth0": []}) is None  # a name: the interface alone
 
 
-def _supervised(tmp_path, name, argv, start_timeout, wait=True):
+def _supervised(tmp_path, name, argv, start_timeout, wait=True, env=None):
     """A supervisor of its own for a launcher `argv` on this machine alone, started as the module
     starts it; its end's record, or (not `wait`) the supervisor's Popen."""
     run_dir = tmp_path / name
-    (run_dir / "supervisor").mkdir(parents=True)
-    package = start.copy_head_package(str(run_dir / "supervisor"))
+    run_dir.mkdir(parents=True)
+    package = start.install_head_package(str(tmp_path / "home"))
     paths = {"run": str(run_dir), "launcher": str(run_dir / "launcher.log"), "ranks": "", "workers": ""}
     plan = SupervisorPlan(
         run_id=name, argv=argv, cwd=None, command="a launcher", nodes=[{"name": "here", "address": "127.0.0.1", "slots": 1}],
         head="here", mode="rank", nproc=1, world_size=1, python=sys.executable, ssh=None, check_nodes=False,
         control_dir=None, launch_timeout=60, stop_grace=1, paths=paths, start_timeout=start_timeout)
     (run_dir / PLAN_FILE).write_text(plan.to_json())
-    env = {"PATH": os.environ["PATH"], node_probe.RUN_ID_VAR: name, node_probe.SUPERVISOR_VAR: name}
+    env = {"PATH": os.environ["PATH"], node_probe.RUN_ID_VAR: name, node_probe.SUPERVISOR_VAR: name, **(env or {})}
     proc = supervisor.start(sys.executable, package, str(run_dir), env)
     if not wait:
         return proc
@@ -727,6 +730,25 @@ def test_a_supervisor_killed_outright_leaves_nothing_running_and_its_run_recorde
     assert record["state"] == "lost" and record["ended"], record
     assert record["msg"].startswith("the supervisor of run tf-unit-killed died at "), record["msg"]
     assert "its guardian ended the run (2 process(es) on the head)" in record["msg"], record["msg"]
+
+
+def test_a_supervisor_that_fails_mid_run_ends_the_run_before_it_records_the_failure(tmp_path):
+    # Its record's write fails once the ranks run (the injected fault): the launcher and its rank,
+    # in a session of its own as torchrun's workers are, are ended; the record names the error.
+    rank = "import time; time.sleep(600)"
+    launcher = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {rank!r}], "
+                f"start_new_session=True); time.sleep(600)")
+    record = _supervised(tmp_path, "tf-unit-fails", [sys.executable, "-c", launcher], 60,
+                         env={transitions.FAULT_VAR: transitions.FAULT_SAVE})
+    assert (record["state"], record["rc"]) == ("failed", 1), record
+    assert record["msg"].startswith("the supervisor of run tf-unit-fails failed: OSError: [Errno 5] "
+                                    "TORCHFLEET_FAULT=save-after-launch"), record["msg"]
+    assert "its launcher and what the run ran on the head were ended" in record["msg"], record["msg"]
+    deadline = time.monotonic() + 10
+    while node_probe.find_run_processes({"tf-unit-fails"}):  # its guardian goes too
+        assert time.monotonic() < deadline, node_probe.find_run_processes({"tf-unit-fails"})
+        time.sleep(0.1)
+    assert read_state(str(tmp_path / "tf-unit-fails"))["state"] == "failed"
 
 
 def test_a_supervisor_that_ends_well_takes_its_guardian_with_it(tmp_path):
@@ -781,10 +803,6 @@ def test_a_stop_that_lands_as_the_run_ends_keeps_the_runs_own_outcome(tmp_path):
     assert (record["state"], record["rc"]) == ("succeeded", 0), record["msg"]
 
 
-def test_the_heartbeat_takes_a_refusal_as_an_answer_on_port_1():
-    # Port 1 is closed here: the kernel's refusal is the answer, and no program sees the knock.
-    assert supervisor.node_answers("127.0.0.1", 1)
-    assert supervisor.heartbeat_port("127.0.0.1") == 1
 
 
 def test_a_run_that_fills_its_disk_still_records_how_it_ended(tmp_path):

@@ -1,0 +1,231 @@
+"""A run's attempts and its restart policy: attempt after attempt until one ends in a way a
+restart cannot help, or max_restarts is spent. Between two attempts (the record `restarting`):
+the nodes that answer, with nothing of the run left on them and no other run alive there, once
+min_nodes do; a rendezvous port free on the head; the request rendered again for them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType, SimpleNamespace
+
+from .fanout import PROBE_FANOUT, close_ssh_masters, end_run_on_nodes, probe_nodes
+from .liveness import SSH_PORT, node_answers
+from .probe import end_run, find_run_processes, port_in_use
+from .record import RunRecord, SupervisorPlan, reserve_space
+from .report import now_iso
+from .slurm_job import next_job, renderer
+
+RESTART_VAR = "TORCHFLEET_RESTART_COUNT"  # the attempt's number, for the script (0: the first)
+WAIT_EVERY = 3.0  # seconds between two looks for the nodes of a restart
+KNOCK_TIMEOUT = 2.0  # seconds a node has to answer on its ssh port before it is asked over ssh
+PORTS_TRIED = 100  # rendezvous ports tried above the attempt's own before a restart gives up
+
+
+def supervise(run) -> RunRecord:
+    """The run, attempt after attempt (max_restarts), to its last record."""
+    plan = run.plan
+    reserve_space(run.run_dir)
+    first = plan.first_attempt
+    run.keeper.begin("restarting" if first else "starting", attempts=run.attempts or None,
+                     restarts=len(run.attempts))
+    attempt, begun = first, time.monotonic()
+    if attempt:  # restarted by hand: the nodes that answer, fenced, as after a failure
+        nodes = nodes_for_restart(run)
+        if isinstance(nodes, str):
+            state = "stopped" if run.stop_requested() is not None else "failed"
+            return run.keeper.end(state, ended=now_iso(), rc=143 if state == "stopped" else 1,
+                                  msg=f"run {plan.run_id} was not restarted: {nodes}")
+        next_attempt(run, attempt, nodes, run.attempts[-1]["cause"])
+    while True:
+        ended = run.attempt(attempt, begun)
+        if ended is None:  # its launcher could not start: recorded
+            return run.keeper.record
+        state, msg, result, cause = ended
+        if cause is None or attempt - first >= plan.max_restarts or run.stop_requested() is not None:
+            break
+        run.attempts[-1].update(ended=now_iso(), cause=cause)
+        run.keeper.restarting(attempts=run.attempts, msg=f"attempt {attempt} of run {plan.run_id} ended ({cause}); "
+                                                         f"waiting for {plan.min_nodes} node(s) to answer")
+        nodes = nodes_for_restart(run)
+        if isinstance(nodes, str):
+            if run.stop_requested() is not None:
+                state, result["rc"] = "stopped", result.get("rc") or 143
+            msg = f"{msg}; no restart: {nodes}"
+            break
+        attempt += 1
+        next_attempt(run, attempt, nodes, cause)
+    if run.attempts:
+        run.attempts[-1].update(ended=now_iso(), cause="" if state == "succeeded" else (cause or msg))
+        result.update(attempts=run.attempts, restarts=len(run.attempts) - 1)
+    if plan.control_dir:
+        close_ssh_masters(plan.ssh, plan.control_dir, [node.address for node in run.nodes if node.name != plan.head])
+    return run.keeper.end(state, msg=msg, ended=now_iso(), **result)
+
+
+def restart_cause(state: str, result: dict, late, survivors, final_exit_codes, node_causes=()) -> str | None:
+    """Why an attempt failed, where a restart can help: a node dead or lost (`node_causes`, each
+    naming its node), a rank killed by a signal or exiting non-zero (but with one of
+    `final_exit_codes`); None for any other end (success, a stop, a timeout, ranks that never
+    started, processes that survive SIGKILL)."""
+    if state != "failed" or late or survivors:
+        return None
+    if node_causes:
+        return "; ".join(node_causes)
+    if result.get("lost_nodes"):
+        return "; ".join(f"{name} stopped answering at {since}" for name, since in result["lost_nodes"].items())
+    code = result.get("failed_exit_code")
+    if code is not None and code in final_exit_codes:
+        return None
+    if result.get("failed_rank") is not None:
+        return f"rank {result['failed_rank']} on {result.get('failed_host')} exited with code {code}"
+    return f"the launcher exited with code {result.get('rc')}"
+
+
+def earlier_attempts(record: dict, plan: SupervisorPlan) -> list:
+    """The attempts of a run restarted by hand, as its record lists them; a run that had no
+    restarts allowed lists none, and its one attempt is made from the record itself."""
+    if record.get("attempts"):
+        return [dict(attempt) for attempt in record["attempts"]]
+    return [{"attempt": 0, "started": record.get("started"), "ended": record.get("ended"),
+             "nodes": record.get("nodes") or [node["name"] for node in plan.nodes],
+             "world_size": record.get("world_size"),
+             "cause": restart_cause("failed", record, record.get("never_started"), record.get("survivors"), [])
+             if record.get("state") == "failed" else record.get("msg") or record.get("state"),
+             "workers": plan.paths.get("workers") or None}]
+
+
+def free_port(port: int) -> int | None:
+    """`port` if nothing listens on it on the head, else the next free one above it; None if
+    none of PORTS_TRIED is."""
+    return next((candidate for candidate in range(port, port + PORTS_TRIED) if not port_in_use(candidate)), None)
+
+
+def ready_nodes(run, asked) -> tuple[list, dict]:
+    """Of the nodes `asked`: those alive (they run a command over ssh, not only answer the knock:
+    a hung node's kernel answers it too), with what is left of this run on them ended, and no
+    other run alive there; and {name: [run ids]} of those another run holds."""
+    plan = run.plan
+    others = [node for node in asked if node.name != plan.head]
+    with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others) or 1)) as pool:
+        knocked = list(pool.map(lambda n: node_answers(n.address, SSH_PORT, timeout=KNOCK_TIMEOUT), others))
+    reachable = [node for node, ok in zip(others, knocked) if ok]
+    request = {"expect": {}, "stop": {"run_id": plan.run_id, "grace": plan.stop_grace}}
+    answers = probe_nodes(reachable, plan.head, plan.ssh, plan.python, {node.name: request for node in reachable},
+                          timeout=plan.stop_grace + 20, connect_timeout=5) if reachable and plan.check_nodes else {}
+    if not plan.check_nodes:  # the other nodes take no ssh from the head: the knock alone
+        answers = {node.name: {"runs": []} for node in reachable}
+    if any(node.name == plan.head for node in asked):
+        end_run(plan.run_id, plan.stop_grace, spare_guardian=True)
+        answers[plan.head] = {"runs": find_run_processes()}
+    ready, busy = [], {}
+    for node in asked:
+        answer = answers.get(node.name)
+        if answer is None or "error" in answer:
+            continue
+        held = sorted({proc["run_id"] for proc in answer["runs"] if proc["run_id"] != plan.run_id})
+        if held:
+            busy[node.name] = held
+        else:
+            ready.append(node)
+    return ready, busy
+
+
+def nodes_for_restart(run):
+    """The nodes of the next attempt: every node of the run that is alive and free (in the run's
+    order), once min_nodes are, with whatever is left of the run on them ended first (a node back
+    with stale ranks among them). Past restart_wait, or on a stop, a sentence saying why there are
+    none."""
+    plan = run.plan
+    every = [SimpleNamespace(**node) for node in plan.launch_plan["nodes"]]
+    deadline = time.monotonic() + plan.restart_wait
+    # The nodes just found dead or silent are asked first only when the others are too few: a
+    # hung node would hold the round up for the ssh timeout.
+    others = [node for node in every if node.name not in run.not_alive]
+    asked = others if len(others) >= plan.min_nodes else every
+    busy: dict = {}
+    while run.stop_requested() is None:
+        ready, busy = ready_nodes(run, asked)
+        if len(ready) >= plan.min_nodes:
+            return [node.name for node in ready]
+        if time.monotonic() >= deadline:
+            missing = [node.name for node in every if node not in ready]
+            held = "".join(f"; {name} runs {', '.join(ids)} (stop it first: torchfleet stop RUN_ID)"
+                           for name, ids in busy.items())
+            return (f"{len(ready)} node(s) answered, fewer than min_nodes ({plan.min_nodes}), within "
+                    f"restart_wait ({plan.restart_wait} s); missing: {', '.join(missing)}{held}")
+        asked = every
+        time.sleep(WAIT_EVERY)
+    return "stopped while waiting for the nodes of a restart"
+
+
+def next_attempt(run, attempt: int, names: list, cause: str) -> None:
+    """Render the run's request again for attempt `attempt` on the nodes `names`: its own
+    rendezvous port (free on the head, and never an attempt's before, so nothing of one can join
+    it), hostfile and worker log directory, and TORCHFLEET_RESTART_COUNT for the script."""
+    launch_plan = renderer()
+    base = launch_plan.plan_from_dict(run.plan.launch_plan)
+    workers = f"{base.node_log_dir}.{attempt}" if base.node_log_dir else None
+    port = free_port(max(base.port + attempt, (run.port or 0) + 1))
+    if port is None:
+        raise RuntimeError(f"no free rendezvous port on the head from {base.port + attempt} to "
+                           f"{base.port + attempt + PORTS_TRIED - 1}")
+    plan = dataclasses.replace(
+        base, nodes=tuple(node for node in base.nodes if node.name in names), port=port,
+        hostfile_path=f"{run.run_dir}/hostfile.{attempt}", node_log_dir=workers,
+        env_set=MappingProxyType({**base.env_set, RESTART_VAR: str(attempt)}))
+    rendered = launch_plan.render(plan)
+    by_name = {node["name"]: node for node in run.plan.launch_plan["nodes"]}
+    order = [by_name[name] for name in rendered.nodes]
+    if run.plan.scheduler == "slurm":
+        argv = next_job(run, attempt, plan, [name for name in by_name if name not in names])
+        changes = {"argv": argv, "sbatch": argv, "command": shlex.join(argv)}
+    else:
+        with open(plan.hostfile_path, "w", encoding="utf-8") as handle:
+            handle.write(rendered.hostfile)
+        changes = {"argv": rendered.argv, "command": rendered.command}
+    run.plan = dataclasses.replace(
+        run.plan, world_size=rendered.world_size, nodes=order, paths={**run.plan.paths, "workers": workers or ""},
+        **changes)
+    run.nodes = [SimpleNamespace(**node) for node in order]
+    run.launcher_env = rendered.env
+    run.port = port
+    left_out = [node["name"] for node in run.plan.launch_plan["nodes"] if node["name"] not in names]
+    said = (f"torchfleet: attempt {attempt} of run {run.plan.run_id} begins at {now_iso()} on "
+            f"{', '.join(rendered.nodes)} (world size {rendered.world_size}, port {port}); attempt "
+            f"{attempt - 1} ended: {cause}\n")
+    with open(run.plan.paths["launcher"], "a", encoding="utf-8") as log:
+        log.write(said)
+    run.keeper.update(nodes=list(rendered.nodes), slots=[node["slots"] for node in order],
+                      world_size=rendered.world_size, command=run.plan.command, restarts=attempt,
+                      msg=said.strip()[len("torchfleet: "):])
+    run.over = threading.Event()  # the attempt that begins: set when it ends
+    if left_out and run.plan.check_nodes:
+        threading.Thread(target=fence, args=(run, left_out, run.over), daemon=True).start()
+
+
+def fence(run, names: list, over: threading.Event) -> None:
+    """In a thread, for an attempt: the nodes of the run it does not use (lost before), each
+    ended of whatever of the run it still runs as soon as it answers again (a node back on the
+    network with its stale ranks), which the launcher log says."""
+    plan = run.plan
+    pending = [SimpleNamespace(**node) for node in plan.launch_plan["nodes"] if node["name"] in names]
+    while pending and not over.wait(WAIT_EVERY):
+        back = [node for node in pending if node_answers(node.address, SSH_PORT, timeout=KNOCK_TIMEOUT)]
+        if not back:
+            continue
+        done = end_run_on_nodes(back, plan.head, plan.ssh, plan.python, plan.run_id, plan.stop_grace)
+        silent = {node["name"] for node in done["silent"]}
+        for node in back:
+            if node.name in silent:
+                continue
+            pids = done["stopped"].get(node.name, [])
+            with open(plan.paths["launcher"], "a", encoding="utf-8") as log:
+                log.write(f"torchfleet: {node.name} answers again at {now_iso()}; what it still ran of "
+                          f"run {plan.run_id} was ended ({len(pids)} process(es))\n")
+        pending = [node for node in pending if node not in back or node.name in silent]
+

@@ -1,0 +1,250 @@
+"""Whether each node of an attempt is alive: death, proven at once, told from silence, tolerated.
+
+The head keeps one ssh session open to every other node, running a beat there: the node's boot
+id, then a byte every BEAT_EVERY seconds. What the session does says what became of the node:
+- beats arrive: alive, however loaded the node is (the beat is one write a second);
+- the session closes (the peer's processes died: killed, OOM, crashed, rebooted, so its kernel
+  closed the connection) and the node does not take a new session with the same boot id at
+  once: dead, proven. The attempt is ended now, not after a tolerance;
+- no beat for SILENT_AFTER seconds (several beats missed, not one slow one): silent. Paused,
+  cut off, powered off, or a network blip: mpirun and torchrun simply wait, and so does the run.
+  Silent for `tolerance` seconds (heartbeat_timeout): lost, and the attempt is ended.
+
+A knock on a TCP port (node_answers) tells whether a node's kernel answers at all, without a
+session: the confirmation of a death, and the restarts' first look at a node.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import threading
+import time
+from datetime import datetime, timezone
+
+BEAT_EVERY = 1.0  # seconds between two beats of a node
+SILENT_AFTER = 3.5  # seconds without a beat after which a node is silent (three beats missed)
+CONFIRM_KNOCK = 0.5  # seconds a node whose session closed has to answer on its ssh port
+REOPEN_WITHIN = 5.0  # seconds a node that answers has to begin a new session (a dead beat, not node)
+RETRY_EVERY = 2.0  # seconds between two tries at a first session with a node
+SSH_PORT = 22
+
+# Run on each node by its own interpreter (-S: the standard library alone). It ends at its first
+# write once the head closes the session.
+BEAT = (
+    "import sys, time\n"
+    "out = sys.stdout.buffer\n"
+    "with open('/proc/sys/kernel/random/boot_id', 'rb') as handle:\n"
+    "    out.write(handle.read().strip() + b'\\n')\n"
+    "out.flush()\n"
+    "while True:\n"
+    f"    time.sleep({BEAT_EVERY})\n"
+    "    out.write(b'.')\n"
+    "    out.flush()\n"
+)
+
+
+class NodeState(enum.Enum):
+    """A node as the attempt sees it. DEAD and LOST end the attempt; SILENT is waited out."""
+    ALIVE = "alive"
+    SILENT = "silent"
+    DEAD = "dead"
+    LOST = "lost"
+
+
+def node_answers(address: str, port: int, timeout: float = 3.0) -> bool:
+    """Whether the node's kernel answers on the cluster network: a TCP connection, or a refusal
+    (an answer too). No process starts on the node, so a node whose CPUs the training saturates
+    still answers; one cut off, powered off or gone does not."""
+    try:
+        socket.create_connection((address, port), timeout=timeout).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def wall_time(monotonic: float) -> str:
+    """The head's clock (UTC, ISO 8601) at the time.monotonic() `monotonic`."""
+    at = time.time() - (time.monotonic() - monotonic)
+    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
+
+
+class Verdict:
+    """What is known of one node: its state, since when (the head's clock), and why."""
+
+    def __init__(self, state: NodeState, since: str | None = None, why: str = ""):
+        self.state, self.since, self.why = state, since, why
+
+    def cause(self, name: str, tolerance: int) -> str:
+        """The node named as the end of an attempt, as the record and the report say it."""
+        if self.state is NodeState.DEAD:
+            return f"{name} died at {self.since} ({self.why})"
+        return (f"{name} stopped answering at {self.since} (no beat from it for heartbeat_timeout, "
+                f"{tolerance} s: cut off, powered off, crashed or hung)")
+
+
+def judge(beat: float | None, now: float, tolerance: float, dead: tuple | None) -> tuple[NodeState, float | None]:
+    """A node's state from its last beat (monotonic; None: no session yet), `now`, the tolerance,
+    and its proven death ((monotonic, why) or None); with the moment it began."""
+    if dead is not None:
+        return NodeState.DEAD, dead[0]
+    if beat is None:
+        return NodeState.ALIVE, None  # not watched yet: the launcher's own checks cover its start
+    quiet = now - beat
+    if quiet >= tolerance:
+        return NodeState.LOST, beat
+    if quiet >= SILENT_AFTER:
+        return NodeState.SILENT, beat
+    return NodeState.ALIVE, None
+
+
+class NodeBeat:
+    """The beat of one node: its ssh session and the thread that reads it."""
+
+    def __init__(self, node, argv: list, stopped: threading.Event):
+        self.node, self.argv, self.stopped = node, argv, stopped
+        self.boot: bytes | None = None
+        self.beat: float | None = None  # monotonic time of the last beat
+        self.dead: tuple | None = None  # (monotonic, why) once proven
+        self.confirming = False
+        self.proc: subprocess.Popen | None = None
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _session(self) -> subprocess.Popen | None:
+        try:
+            proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            return None
+        self.proc = proc
+        if self.stopped.is_set():  # closed meanwhile: close() did not see this one
+            self._end(proc)
+            return None
+        return proc
+
+    @staticmethod
+    def _end(proc) -> None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+    @staticmethod
+    def _first_line(proc, within: float | None) -> bytes | None:
+        """The session's first line (the boot id); None if it closed first, or not `within` s."""
+        if within is not None:
+            timer = threading.Timer(within, proc.kill)
+            timer.start()
+        try:
+            line = proc.stdout.readline()
+        finally:
+            if within is not None:
+                timer.cancel()
+        return line.strip() if line.endswith(b"\n") else None
+
+    def _watch(self) -> None:
+        proc = None
+        while not self.stopped.is_set():
+            proc = self._session()
+            if proc is None:
+                return
+            boot = self._first_line(proc, None)
+            if boot:
+                break
+            self._end(proc)
+            if self.stopped.wait(RETRY_EVERY):  # no session yet: the node is not watched
+                return
+        else:
+            return
+        self.boot, self.beat = boot, time.monotonic()
+        while not self.stopped.is_set():
+            if proc.stdout.read1(64):
+                self.beat = time.monotonic()
+                continue
+            closed, self.confirming = time.monotonic(), True  # the session closed
+            self._end(proc)
+            if self.stopped.is_set():
+                return
+            proc = self._confirm(closed)
+            self.confirming = False
+            if proc is None:
+                return
+
+    def _confirm(self, closed: float):
+        """The session closed at `closed`: the node is dead unless it answers at once and begins a
+        new session from the same boot (only the beat's own process died). The new session, or
+        None once the node is recorded dead."""
+        address = self.node.address
+        if not node_answers(address, SSH_PORT, timeout=CONFIRM_KNOCK):
+            self.dead = (closed, "its connection closed, and it no longer answers on the network")
+            return None
+        proc = self._session()
+        if proc is None:
+            return None
+        boot = self._first_line(proc, REOPEN_WITHIN)
+        if boot == self.boot:
+            self.beat = time.monotonic()
+            return proc
+        self._end(proc)
+        if not self.stopped.is_set():
+            self.dead = (closed, "it restarted: a new boot" if boot else
+                         "its connection closed, and it runs no command any more")
+        return None
+
+    def close(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+class Liveness:
+    """The beats of an attempt's other nodes, from its start to its end (close)."""
+
+    def __init__(self, nodes, ssh: str, python: str, tolerance: int, control_dir: str | None = None):
+        self.tolerance = tolerance
+        self.stopped = threading.Event()
+        sharing = ["-o", f"ControlPath={control_dir}/%C"] if control_dir else []
+        remote = shlex.join([python, "-S", "-c", BEAT])
+        self.beats = {node.name: NodeBeat(node, [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", *sharing,
+                                                 node.address, remote], self.stopped)
+                      for node in nodes}
+
+    def verdicts(self) -> dict:
+        """{name: Verdict} of every watched node, now."""
+        now, found = time.monotonic(), {}
+        for name, beat in self.beats.items():
+            state, since = judge(beat.beat, now, self.tolerance, beat.dead)
+            why = beat.dead[1] if beat.dead else ""
+            found[name] = Verdict(state, wall_time(since) if since is not None else None, why)
+        return found
+
+    def ending(self) -> dict:
+        """{name: Verdict} of the nodes that end the attempt: dead, or silent past the tolerance."""
+        return {name: verdict for name, verdict in self.verdicts().items()
+                if verdict.state in (NodeState.DEAD, NodeState.LOST)}
+
+    def not_alive(self) -> dict:
+        """{name: Verdict} of the nodes dead, lost or silent now."""
+        return {name: verdict for name, verdict in self.verdicts().items() if verdict.state is not NodeState.ALIVE}
+
+    def settle(self, seconds: float) -> None:
+        """Wait (at most `seconds`) for the nodes whose session just closed to be judged: the
+        launcher often ends a moment after the connection that proves a node dead."""
+        deadline = time.monotonic() + seconds
+        while any(beat.confirming for beat in self.beats.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.stopped.set()
+        for beat in self.beats.values():
+            beat.close()

@@ -1,0 +1,134 @@
+"""A run's Slurm job: submitted, waited for as a Popen is, cancelled, and written again for a
+restart (a new job of the nodes that answer, without the Slurm nodes lost)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+from . import slurm
+
+
+def renderer():
+    """The launch's renderer: the one installed beside this package (launch_plan.py), or the
+    collection's own where the package is imported from the collection."""
+    try:
+        from . import launch_plan  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        from .. import _launch_plan as launch_plan  # pylint: disable=import-outside-toplevel
+    return launch_plan
+
+
+def batch_writer():
+    """The batch script's writer: installed beside this package (batch_script.py), or the
+    collection's own (as renderer)."""
+    try:
+        from . import batch_script  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        from .. import _batch_script as batch_script  # pylint: disable=import-outside-toplevel
+    return batch_script
+
+
+class SlurmJob:
+    """The run's Slurm job, waited for as a Popen is (wait, returncode); its record follows the
+    job's state and Slurm's reason while it is pending."""
+    POLL = 0.5  # seconds between two questions to slurmctld
+
+    def __init__(self, run):
+        self.run, self.job_id, self.info, self.returncode = run, None, {}, None
+        self.pid, self.started, self._next = None, False, 0.0
+        self.latest: dict = {}  # scontrol's last answer (info: as last recorded)
+
+    def submit(self, env: dict) -> None:
+        self.job_id = slurm.submit(self.run.plan.sbatch, env, self.run.plan.cwd)
+        self.run.keeper.launched(job_id=self.job_id, job_state="PENDING",
+                      msg=f"run {self.run.plan.run_id} is Slurm job {self.job_id}, submitted")
+
+    def wait(self, timeout: float):
+        now = time.monotonic()
+        if now < self._next:
+            time.sleep(min(timeout, self._next - now))
+            raise subprocess.TimeoutExpired("scontrol", timeout)
+        self._next = now + self.POLL
+        info = slurm.job(self.job_id)
+        self.latest = info or self.latest
+        if info is None:  # Slurm forgot the job (MinJobAge): it ended, how is not known
+            self.returncode = 1
+            return self.returncode
+        if info:
+            self.update(info)
+            if info.get("JobState") in slurm.ENDED:
+                self.returncode = slurm.returncode(info)
+                return self.returncode
+        raise subprocess.TimeoutExpired("scontrol", timeout)
+
+    def update(self, info: dict) -> None:
+        state, reason = info.get("JobState"), info.get("Reason")
+        if (state, reason) == (self.info.get("JobState"), self.info.get("Reason")):
+            return
+        self.info = info
+        changes = {"job_state": state, "job_reason": reason,
+                   "msg": f"run {self.run.plan.run_id} is Slurm job {self.job_id}: {state}"
+                          + (f" ({reason})" if reason and reason != "None" else "")}
+        # Started: running now, or ended after running a while (a pending job cancelled never was).
+        ran = state in ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED") or (
+            state in slurm.ENDED and info.get("RunTime", "00:00:00") != "00:00:00")
+        if ran and not self.started:
+            self.started = True
+            changes.update(batch_host=info.get("BatchHost"), job_nodes=slurm.hostnames(info.get("NodeList", "")))
+            mapped = self.run.nodes_of_allocation(changes["job_nodes"])
+            changes.update(mapped)
+            if mapped:  # a restart's --exclude names a lost node as Slurm does
+                self.run.slurm_names.update(zip(mapped["nodes"], changes["job_nodes"]))
+            if self.run.attempts:  # the attempt's nodes in rank order, once known: the follower reads them
+                self.run.attempts[-1].update(nodes=mapped.get("nodes", self.run.attempts[-1]["nodes"]),
+                                             job_id=self.job_id, job_nodes=changes["job_nodes"])
+                changes["attempts"] = self.run.attempts
+        self.run.keeper.update(**changes)
+
+    def cancel(self, grace: int, lost=()) -> str | None:
+        """scancel (retried), then wait until Slurm says the job is over (its KillWait, and a
+        margin), or holds only `lost` nodes (Slurm names) still: a dead node's part ends only when
+        Slurm declares the node down (SlurmdTimeout, minutes), and the other nodes are free
+        already. What went wrong, if anything, for the record's warnings."""
+        try:
+            slurm.cancel(self.job_id)
+        except slurm.SlurmError as err:
+            self.returncode = -signal.SIGKILL
+            return str(err)
+        deadline = time.monotonic() + grace + 60
+        while time.monotonic() < deadline:
+            try:
+                self.wait(1)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+            held = self.latest.get("NodeList", "")
+            if lost and self.latest.get("JobState") == "COMPLETING" and set(slurm.hostnames(held)) <= set(lost):
+                self.returncode = -signal.SIGTERM
+                return None
+        self.returncode = -signal.SIGKILL
+        return (f"Slurm job {self.job_id} was cancelled but still not over after {grace + 60} s: "
+                f"check it with squeue -j {self.job_id}")
+
+
+def next_job(run, attempt: int, plan, left_out: list) -> list:
+    """sbatch's argv for attempt `attempt` under Slurm: the run's request rendered for an
+    allocation of `plan`'s nodes (its own rendezvous port and worker log directory), its script
+    written as job.ATTEMPT.sbatch, without the Slurm nodes of those `left_out` (--exclude), its
+    output added to the run's launcher log."""
+    batch = batch_writer()
+    options = dict(run.plan.batch)
+    slots = options.pop("slots")
+    allocation = batch.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=run.plan.run_id)
+    rendered = renderer().render(allocation)
+    path = os.path.join(run.run_dir, f"job.{attempt}.sbatch")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(batch.batch_script("slurm", allocation, rendered, nodes=len(plan.nodes),
+                                        job_name=run.plan.run_id, fixed_run_id=True,
+                                        writer=batch.MODULE_WRITER, **options))
+    excluded = sorted(run.slurm_names[name] for name in left_out if name in run.slurm_names)
+    first = [arg for arg in run.plan.sbatch[:-1] if not arg.startswith(("--exclude=", "--open-mode="))]
+    return [*first, *([f"--exclude={','.join(excluded)}"] if excluded else []), "--open-mode=append", path]

@@ -1,0 +1,43 @@
+"""_launch_lock.py: the launch lock lives where only its account can write."""
+
+import os
+import stat
+
+import pytest
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
+
+
+def test_the_lock_is_in_the_accounts_runtime_directory_or_its_state_directory(tmp_path, monkeypatch):
+    runtime = tmp_path / "run-user"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _launch_lock.lock_path() == str(runtime / "torchfleet" / "launch.lock")
+    runtime.chmod(0o777)  # a runtime directory others may write is not used
+    assert _launch_lock.lock_path() == str(tmp_path / "home" / ".local" / "state" / "torchfleet" / "launch.lock")
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    fd = _launch_lock.hold("tf-1")
+    try:
+        found = os.stat(tmp_path / "home" / ".local" / "state" / "torchfleet")
+        assert stat.S_IMODE(found.st_mode) == 0o700 and found.st_uid == os.getuid()
+        with pytest.raises(_launch_lock.LaunchLocked, match="run tf-1"):
+            _launch_lock.hold("tf-2")
+    finally:
+        _launch_lock.release(fd)
+
+
+def test_a_lock_directory_of_another_account_is_refused_naming_it_and_the_fix(tmp_path, monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another account needs root")
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    taken = tmp_path / ".local" / "state" / "torchfleet"
+    taken.mkdir(parents=True)
+    os.chown(taken, 65534, 65534)  # nobody made it first
+    with pytest.raises(OSError, match=f"{taken} is not a directory of this account .*remove it"):
+        _launch_lock.hold("tf-1")
+    os.chown(taken, 0, 0)
+    taken.chmod(0o777)
+    _launch_lock.release(_launch_lock.hold("tf-1"))
+    assert stat.S_IMODE(taken.stat().st_mode) == 0o700  # made the account's own again
