@@ -1,9 +1,9 @@
 """Recovery from a lost node: torchfleet's restarts beside torchrun's elastic agent, in one run.
 
-For each way a node can go (its container killed, paused: a hung node, or cut off its network),
-and each trial, the same training (examples/train.py, one worker per node, a checkpoint every
-epoch) is started on the local cluster's three nodes and node2 is taken away once the first
-checkpoint is written:
+For each way a node can go (its container killed, paused: a hung node, or cut off its network;
+or the blip: paused for BLIP s, half the default tolerance, then resumed), and each trial, the
+same training (examples/train.py, one worker per node, a checkpoint every epoch) is started on the
+local cluster's three nodes and node2 is taken away once the first checkpoint is written:
 
 (a) torchfleet: `torchfleet launch --detach --max-restarts 1 --min-nodes 2`; measured from the
     event: the supervisor naming node2 lost (its record's lost_nodes), and the first step of the
@@ -15,11 +15,13 @@ checkpoint is written:
 
 Both: the epochs done twice (the epochs rank 0 had finished at the event, less the epoch the next
 attempt resumed from), and the processes left: for (a) on any node once node2 is back (its stale
-ranks fenced) and the run stopped; for (b) what node2 still runs 5 s after it is back. Prints a
+ranks fenced) and the run stopped; for (b) what node2 still runs 5 s after it is back. The blip
+is measured otherwise: the restarts it caused, the epochs redone, and whether the run still
+trains with its whole world (two more epochs of rank 0 within 60 s of the resume). Prints a
 table and writes bench/results/recovery.json; the headline is the ratio of (a)'s
 time to resume to (b)'s.
 
-    python bench/recovery.py -i inventory/local.yml --trials 5 [--elastic-trials 2] [--ways kill,pause,cut]
+    python bench/recovery.py -i inventory/local.yml --trials 5 [--elastic-trials 2] [--ways kill,pause,cut,blip]
 
 Needs the local cluster (`torchfleet cluster up`, then setup.yml), run from the checkout's root.
 """
@@ -46,6 +48,7 @@ SCRIPT = "/home/torchfleet/torchfleet/scripts/train.py"  # where torchfleet laun
 TRAIN = ["--use-syn", "--no-wandb", "--epochs", "200", "--sleep", "0.1"]
 LIMIT = 240  # seconds: a bound on every wait, never expected to be reached
 LEFT = r"_head\.supervisor|train\.py|torchrun|orted|mpirun"
+BLIP = 15  # seconds the blip pauses node2: half of heartbeat_timeout's default (30 s)
 
 
 def docker(*args, check=False):
@@ -82,7 +85,7 @@ class Cluster:
     def take_away(self, way, node):
         if way == "kill":
             docker("kill", node, check=True)
-        elif way == "pause":
+        elif way in ("pause", "blip"):
             docker("pause", node, check=True)
         else:
             docker("network", "disconnect", self.network, node, check=True)
@@ -115,6 +118,12 @@ def resumed_from(text):
     return int(found[-1]) if found else 0
 
 
+def blip_goes_on(rank0_output) -> bool:
+    """Whether rank 0 finishes two more epochs within 60 s of the blip's end."""
+    after = epochs_done(rank0_output())
+    return bool(wait_for(lambda: epochs_done(rank0_output()) >= after + 2, "two more epochs", 60, required=False))
+
+
 def trial_torchfleet(cluster, way):
     run_id = f"tf-bench-{uuid.uuid4().hex[:8]}"
     out = f"/tmp/{run_id}"
@@ -131,6 +140,16 @@ def trial_torchfleet(cluster, way):
 
     def record():
         return json.loads(cluster.sh(head, f"cat {RUNS}/{run_id}/state.json").stdout or "{}")
+    if way == "blip":
+        time.sleep(BLIP)
+        docker("unpause", lost, check=True)
+        going = blip_goes_on(lambda: cluster.sh(head, f"cat {rank0}").stdout)
+        found = record()
+        again = cluster.sh(head, f"cat {RUNS}/{run_id}/workers.1/*/attempt_0/0/stdout.log 2>/dev/null").stdout
+        cluster.torchfleet("stop", run_id)
+        return {"restarts": found.get("restarts"), "state": found.get("state"), "world_size": found.get("world_size"),
+                "going": going, "epochs_redone": done - resumed_from(again) if found.get("restarts") else 0,
+                "left": cluster.left()}
     wait_for(lambda: record().get("lost_nodes") or record().get("restarts"), "node2 named lost")
     detect = time.monotonic() - event
     again = f"{RUNS}/{run_id}/workers.1/*/attempt_0/0/stdout.log"
@@ -169,6 +188,16 @@ def trial_elastic(cluster, way):
     done = epochs_done(cluster.sh(head, f"cat {log}").stdout)
     cluster.take_away(way, lost)
     event = time.monotonic()
+    if way == "blip":
+        time.sleep(BLIP)
+        docker("unpause", lost, check=True)
+        going = blip_goes_on(lambda: cluster.sh(head, f"cat {log}").stdout)
+        text = cluster.sh(head, f"cat {log}").stdout
+        restarts = text.count("training ") - 1
+        for node in cluster.nodes:
+            cluster.sh(node, "pkill -KILL -f 'torchrun|train.py' || true")
+        return {"restarts": restarts, "going": going,
+                "epochs_redone": done - resumed_from(text) if restarts else 0, "left": 0}
 
     def restarted():
         text = cluster.sh(head, f"cat {log}").stdout
@@ -190,7 +219,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-i", "--inventory", default="inventory/local.yml")
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--ways", default="kill,pause,cut")
+    parser.add_argument("--ways", default="kill,pause,cut,blip")
     parser.add_argument("--elastic-trials", type=int,
                         help="trials of torchrun's elastic agent per way (default: --trials); one that never "
                              "restarts takes the whole 240-s bound")
@@ -213,19 +242,26 @@ def main():
     for way, systems in table.items():
         row = {}
         for system, trials in systems.items():
+            if way == "blip":
+                row[system] = {"restarts": max(t["restarts"] or 0 for t in trials),
+                               "epochs_redone": max(t["epochs_redone"] or 0 for t in trials),
+                               "going": all(t["going"] for t in trials), "left": max(t["left"] for t in trials)}
+                continue
             # A figure some trials lack (no restart within LIMIT) has no median: None, and the
             # trials say which.
             row[system] = {key: statistics.median(t[key] for t in trials)
                            if all(t[key] is not None for t in trials) else None
                            for key in ("detect_s", "resume_s", "epochs_redone")}
             row[system]["left"] = max(t["left"] for t in trials)
-        mine, theirs = row["torchfleet"]["resume_s"], row["elastic"]["resume_s"]
-        row["resume_ratio"] = round(mine / theirs, 2) if mine and theirs else None
         summary[way] = row
+        if way == "blip":
+            print(f"blip   torchfleet: {row['torchfleet']}; elastic: {row.get('elastic')}")
+            continue
+        mine, theirs = row["torchfleet"]["resume_s"], (row.get("elastic") or {}).get("resume_s")
+        row["resume_ratio"] = round(mine / theirs, 2) if mine and theirs else None
         print(f"{way:<6} torchfleet: detect {row['torchfleet']['detect_s']} s, resume {row['torchfleet']['resume_s']} s, "
-              f"redone {row['torchfleet']['epochs_redone']} epochs, left {row['torchfleet']['left']}; elastic: resume "
-              f"{row['elastic']['resume_s']} s, redone {row['elastic']['epochs_redone']}, left {row['elastic']['left']}; "
-              f"ratio {row['resume_ratio']}")
+              f"redone {row['torchfleet']['epochs_redone']} epochs, left {row['torchfleet']['left']}; elastic: "
+              f"{row.get('elastic')}; ratio {row['resume_ratio']}")
     results = Path(REPO / "bench" / "results" / "recovery.json")
     results.write_text(json.dumps({"commit": commit(), "trials": args.trials, "elastic_trials": elastic_trials,
                                    "summary": summary,

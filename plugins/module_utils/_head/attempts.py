@@ -6,7 +6,6 @@ min_nodes do; a rendezvous port free on the head; the request rendered again for
 from __future__ import annotations
 
 import dataclasses
-import os
 import shlex
 import threading
 import time
@@ -228,4 +227,3 @@ def fence(run, names: list, over: threading.Event) -> None:
                 log.write(f"torchfleet: {node.name} answers again at {now_iso()}; what it still ran of "
                           f"run {plan.run_id} was ended ({len(pids)} process(es))\n")
         pending = [node for node in pending if node not in back or node.name in silent]
-

@@ -123,7 +123,7 @@ class RunRecord:
     silent_nodes: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
     survivors: list | None = field(default=None, metadata=_shown(RESULT, optional=True))
     never_started: list | None = field(default=None, metadata=_shown(RESULT, REPORTED, optional=True))
-    lost_nodes: dict | None = field(default=None, metadata=_shown(RESULT, REPORTED, optional=True))  # {node: since}
+    lost_nodes: dict | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))  # {node: since}
     # Restarts (max_restarts): how many, and each attempt (started, ended, nodes, world_size,
     # cause, workers: its torchrun log directory); the last is the one running or that ended the run.
     restarts: int = field(default=0, metadata=_shown(RESULT, LISTED, REPORTED))

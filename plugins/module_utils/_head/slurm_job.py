@@ -44,7 +44,7 @@ class SlurmJob:
     def submit(self, env: dict) -> None:
         self.job_id = slurm.submit(self.run.plan.sbatch, env, self.run.plan.cwd)
         self.run.keeper.launched(job_id=self.job_id, job_state="PENDING",
-                      msg=f"run {self.run.plan.run_id} is Slurm job {self.job_id}, submitted")
+                                 msg=f"run {self.run.plan.run_id} is Slurm job {self.job_id}, submitted")
 
     def wait(self, timeout: float):
         now = time.monotonic()

@@ -183,4 +183,3 @@ def abandon(run_dir: str, owner: Owner, clean_up) -> bool:
         except OSError as err:
             sys.stderr.write(f"cannot write the run's record: {err}\n")
     return True
-

@@ -803,8 +803,6 @@ def test_a_stop_that_lands_as_the_run_ends_keeps_the_runs_own_outcome(tmp_path):
     assert (record["state"], record["rc"]) == ("succeeded", 0), record["msg"]
 
 
-
-
 def test_a_run_that_fills_its_disk_still_records_how_it_ended(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("mounting a small file system for the run's directory needs root")

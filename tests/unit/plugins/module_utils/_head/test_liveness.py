@@ -55,7 +55,9 @@ def test_a_pause_shorter_than_the_tolerance_is_silence_then_alive_again_and_long
     try:
         beat = watch.beats["n1"]
         _until(lambda: beat.beat is not None, 30, "a first beat")
-        state = lambda: watch.verdicts()["n1"].state  # noqa: E731
+
+        def state():
+            return watch.verdicts()["n1"].state
         assert state() is NodeState.ALIVE
         os.killpg(beat.proc.pid, signal.SIGSTOP)  # the node's processes frozen, its session open
         _until(lambda: state() is NodeState.SILENT, 10, "silent")
