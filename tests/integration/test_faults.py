@@ -40,7 +40,7 @@ LONG_RUN = ["-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e",
             json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--sleep", "0.2", "--no-wandb",
                                         "--out-dir", "/tmp"]})]
 # What of a run can live on a node: the launcher, Open MPI's daemon, torchrun, the workers.
-RUN_PROCESSES = r"_head\.supervisor|train\.py|torchrun|orted|mpirun"
+RUN_PROCESSES = r"_head\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
 # A worker, not its torchrun: torchrun starts each one as `python -u SCRIPT ...`.
 WORKER = r"bin/python -u .*train\.py"
 # In setup.yml's output: the first role that changes the nodes, after facts and checks.
@@ -435,7 +435,7 @@ def test_a_node_killed_with_a_restart_allowed_resumes_on_the_two_nodes_left(clus
     final = head_record(run_id)
     assert (final["state"], final["restarts"], final["world_size"]) == ("succeeded", 1, 2), final["msg"]
     assert f"{NODES[2]} died at " in final["attempts"][0]["cause"], final["attempts"]
-    listed = next(run for run in runs_json(cluster) if run["run_id"] == run_id)
+    listed = runs_json(cluster)[run_id]
     assert f"{NODES[2]} died at " in listed["attempts"][0]["cause"] and NODES[2] in listed["lost_nodes"], listed
     result = training_result(docker("exec", NODES[0], "cat", f"{RUNS}/{run_id}/launcher.log").stdout + output)
     assert result["world_size"] == 2 and result["resumed_from_epoch"] >= 1, result

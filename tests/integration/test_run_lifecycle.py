@@ -22,7 +22,7 @@ pytestmark = pytest.mark.cluster
 HEAD = NODES[0]
 RUNS = "/home/torchfleet/torchfleet/runs"
 # What of a run can live on a node: its supervisor, the launcher, Open MPI's daemon, torchrun, workers.
-RUN_PROCESSES = r"_head\.supervisor|train\.py|torchrun|orted|mpirun"
+RUN_PROCESSES = r"_head\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
 # Training that takes a while but ends by itself: 1 worker per node, 0.1 s asleep after each step.
 SHORT = ["--use-syn", "--no-wandb", "--epochs", "4", "--sleep", "0.1", "--out-dir", "/tmp"]
 ENDLESS = ["--use-syn", "--no-wandb", "--epochs", "1000", "--sleep", "0.2", "--out-dir", "/tmp"]

@@ -26,6 +26,8 @@ import threading
 import time
 from datetime import datetime, timezone
 
+from .probe import RUN_ID_VAR, SUPERVISOR_VAR
+
 BEAT_EVERY = 1.0  # seconds between two beats of a node
 SILENT_AFTER = 3.5  # seconds without a beat after which a node is silent (three beats missed)
 CONFIRM_KNOCK = 0.5  # seconds a node whose session closed has to answer on its ssh port
@@ -46,6 +48,10 @@ BEAT = (
     "    out.write(b'.')\n"
     "    out.flush()\n"
 )
+
+
+# The supervisor's environment, without the marks of a run's process.
+BEAT_ENV = {name: value for name, value in os.environ.items() if name not in (RUN_ID_VAR, SUPERVISOR_VAR)}
 
 
 class NodeState(enum.Enum):
@@ -119,8 +125,10 @@ class NodeBeat:
 
     def _session(self) -> subprocess.Popen | None:
         try:
+            # Without the run's marks: no sweep of the run takes the beat for one of its processes.
+            # It ends by itself with its reader (a write to a closed pipe), however the supervisor ends.
             proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, start_new_session=True)
+                                    stderr=subprocess.DEVNULL, start_new_session=True, env=BEAT_ENV)
         except OSError:
             return None
         self.proc = proc

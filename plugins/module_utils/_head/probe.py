@@ -195,25 +195,27 @@ def _signal(procs, signum) -> None:
             pass  # already gone
 
 
-def _wait_gone(run_ids, seconds: float) -> list[dict]:
+def _wait_gone(run_ids, seconds: float, spare_supervisor: bool = False) -> list[dict]:
     deadline = time.monotonic() + seconds
     while True:
-        alive = find_run_processes(run_ids)
+        alive = [proc for proc in find_run_processes(run_ids) if not (spare_supervisor and proc["supervisor"])]
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.2)
 
 
-def stop_processes(procs, grace: float) -> list[dict]:
+def stop_processes(procs, grace: float, spare_supervisor: bool = False) -> list[dict]:
     """TERM the runs' process groups, give them `grace` seconds, KILL what is left; return what
     survived even that. Each round rescans by run id: Open MPI and torchrun put every rank and
-    worker in a process group of its own, so groups alone do not reach all of a run."""
+    worker in a process group of its own, so groups alone do not reach all of a run. With
+    `spare_supervisor`, the processes with the supervisor's mark (its guardian) are left alone
+    in every round, not only the first."""
     run_ids = {proc["run_id"] for proc in procs}
     _signal(procs, signal.SIGTERM)
-    alive = _wait_gone(run_ids, grace)
+    alive = _wait_gone(run_ids, grace, spare_supervisor)
     if alive:
         _signal(alive, signal.SIGKILL)
-        alive = _wait_gone(run_ids, 10)  # SIGKILL is not refused, but teardown takes a moment
+        alive = _wait_gone(run_ids, 10, spare_supervisor)  # SIGKILL is not refused, but teardown takes a moment
     return alive
 
 
@@ -223,7 +225,7 @@ def end_run(run_id: str, grace: float, spare_guardian: bool = False) -> tuple[li
     supervisor's mark) must outlive it, or a supervisor killed later would leave its run alone."""
     procs = [proc for proc in find_run_processes({run_id})
              if not (spare_guardian and proc["supervisor"])]
-    return procs, stop_processes(procs, grace) if procs else []
+    return procs, stop_processes(procs, grace, spare_guardian) if procs else []
 
 
 def interface_addresses() -> dict | None:

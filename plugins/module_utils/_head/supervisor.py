@@ -192,6 +192,7 @@ class Run:
         grace, timeout = plan.stop_grace, plan.launch_timeout
         slurm_job = plan.scheduler == "slurm"
         over = self.over  # made anew for each attempt (attempts.next_attempt)
+        self.not_alive = {}
         try:
             if slurm_job:
                 proc = SlurmJob(self)
