@@ -464,15 +464,16 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _read_runs(args: argparse.Namespace, run_id: str | None = None):
-    """(the outcome, the cluster variables, the records newest first; only `run_id`'s if given)
-    from the head (torchrun_run_info)."""
+    """(the outcome, the cluster variables with `head_now`, the head's clock then, the records
+    newest first; only `run_id`'s if given) from the head (torchrun_run_info)."""
     from torchfleet.inventory import cluster_vars
 
     found = cluster_vars(args.inventory, args.extra_vars)
     module_args = {"log_dir": found["log_dir"], **({"run_id": run_id} if run_id else {})}
     outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps(module_args),
                      found["head"], ["--become", "--become-user", found["user"]])
-    return outcome, found, next((item["res"].get("runs", []) for item in outcome.progress.results), [])
+    answer = next((item["res"] for item in outcome.progress.results), {})
+    return outcome, dict(found, head_now=answer.get("now")), answer.get("runs", [])
 
 
 def _listed(run: dict) -> dict:
@@ -503,7 +504,7 @@ def _runs(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([_listed(run) for run in runs], indent=1))
         return 0
-    print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED':<26} {'DURATION':>9} {'WORLD':>5} "
+    print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED (HEAD, UTC)':<26} {'DURATION':>9} {'WORLD':>5} "
           f"{'RESTARTS':>8}  FAILED [JOB]")
     for run in runs:
         failed = (f"rank {run['failed_rank']} on {run['failed_host']}" if run.get("failed_rank") is not None
@@ -544,7 +545,8 @@ def _prune(args: argparse.Namespace, found: dict, runs: list) -> int:
     """Remove the chosen ended runs' directories on every node of the cluster."""
     from torchfleet.collection import module_util
 
-    chosen = module_util("_run_prune").prunable(runs, args.keep, args.older_than)
+    # Ages on the head's clock, as the records' start times are: never the controller's.
+    chosen = module_util("_run_prune").prunable(runs, args.keep, args.older_than, now=found["head_now"])
     if not chosen:
         print("torchfleet: no ended run to prune", file=sys.stderr)
         if args.json:

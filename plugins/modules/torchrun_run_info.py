@@ -61,6 +61,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+now:
+  description:
+    - The head's clock as the records were read (seconds since the epoch), against which a run's
+      age is told (C(torchfleet runs --prune --older-than)); never another machine's clock.
+  returned: always
+  type: float
+  sample: 1796040000.5
 runs:
   description: The runs' records, newest first.
   returned: always
@@ -102,8 +109,13 @@ runs:
       description: The first rank that failed, when one did.
       type: int
     failed_host:
-      description: The node it ran on (or the node that went silent).
+      description: The node it ran on (or the node that died or went silent).
       type: str
+    lost_nodes:
+      description:
+        - The nodes that died or were silent during the run, each with the time it died or last
+          answered (the head's clock, UTC, ISO 8601).
+      type: dict
     failed_exit_code:
       description: Its exit code (128+N for signal N).
       type: int
@@ -116,7 +128,7 @@ runs:
     attempts:
       description:
         - With restarts, each attempt in order (attempt, started, ended, nodes, world_size, cause,
-          workers), as M(torchfleet.cluster.torchrun_launch) returns them.
+          workers, port), as M(torchfleet.cluster.torchrun_launch) returns them.
       type: list
       elements: dict
     failed_log_tail:
@@ -146,6 +158,8 @@ runs:
       type: str
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import list_runs
 
@@ -162,7 +176,7 @@ def main():
     if run_id is not None and (not run_id or "/" in run_id or run_id in (".", "..")):
         module.fail_json(msg=f"run_id {run_id!r} is not a run id (tf-YYYYMMDD-HHMMSS-xxxxxx or "
                              f"the one given at launch); leave it out to list every run")
-    module.exit_json(changed=False, runs=list_runs(module.params["log_dir"], run_id))
+    module.exit_json(changed=False, runs=list_runs(module.params["log_dir"], run_id), now=time.time())
 
 
 if __name__ == "__main__":

@@ -310,12 +310,17 @@ _MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr|stddiag)>: ?")
 # MPICH Hydra's -prepend-rank: "[RANK] " (the node's torchrun in mpich mode).
 _HYDRA_TAG = re.compile(r"^\[(\d+)\] ")
 _WORKER_TAG = re.compile(r"^\[[A-Za-z_]\w*?(\d+)\]:")
+# The launcher's own words that say nothing to the user, kept in launcher.log, never streamed:
+# Open MPI 4.1's rsh launcher races its child's exec to set the ssh's process group (the child
+# sets it itself, so nothing is wrong) and warns when it loses, in the middle of a healthy run.
+LAUNCHER_NOISE = re.compile(r"^\[[^\]\s]+:\d+\] plm:(?:rsh|ssh): Warning: setpgid\(\d+,\d+\) failed in parent "
+                            r"with errno=Permission denied\(13\)\s*$")
 
 
 def untagged(lines: list[str]) -> list[str]:
-    """The lines without Open MPI's tag, or else Hydra's."""
+    """The lines without Open MPI's tag, or else Hydra's; the launcher's noise left out."""
     return [_MPI_TAG.sub("", line) if _MPI_TAG.match(line) else _HYDRA_TAG.sub("", line)
-            for line in lines]
+            for line in lines if not LAUNCHER_NOISE.match(line)]
 
 
 def slot_owner(rank: int, slots) -> int | None:
@@ -351,8 +356,8 @@ def shown(line: str, record: dict, ranks: str) -> str | None:
     """What a follower prints of a launcher.log line: with `ranks` "0" (or "rank:N") that rank's
     lines bare and the launcher's own messages (mpirun's errors); with "all" every line, a rank's
     as `[rank N host] ...`, a node's torchrun as `[host] ...`; with "node:HOST" those of HOST;
-    with "none" nothing."""
-    if ranks == "none":
+    with "none" nothing. The launcher's noise (LAUNCHER_NOISE) is never shown."""
+    if ranks == "none" or LAUNCHER_NOISE.match(line):
         return None
     rank, host, text = labelled(line, record)
     if ranks == "all" or (ranks.startswith("node:") and host == ranks[5:]):

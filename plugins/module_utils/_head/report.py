@@ -53,36 +53,61 @@ _SUMMARY_RANK = re.compile(r"(\d+)\s*\(local_rank:\s*(\d+)\)")
 _SUMMARY_EXIT = re.compile(r"(-?\d+)")
 
 
+# torchrun's own line as it notices a worker's end, before it stops the others and sums up:
+#   ... failed (exitcode: 3) local_rank: 1 (pid: 7704) of binary: ...
+_NOTICED = re.compile(r"failed \(exitcode: -?\d+\) local_rank: \d+")
+# The launcher's tag before each line of one node's torchrun: Open MPI's, else Hydra's.
+_SOURCE_TAG = re.compile(r"^(\[\d+,\d+\]<(?:stdout|stderr|stddiag)>: ?|\[\d+\] )")
+
+
+def _by_source(text: str) -> dict:
+    """{tag: [(position in the log, line without the tag)]}: each node's torchrun apart (the
+    launcher interleaves their lines as they come), the untagged lines under ''."""
+    sources: dict = {}
+    for position, line in enumerate(text.splitlines()):
+        tag = _SOURCE_TAG.match(line)
+        key = tag.group(1).strip() if tag else ""
+        sources.setdefault(key, []).append((position, line[tag.end():] if tag else line))
+    return sources
+
+
 def parse_torchrun_failures(text: str) -> list[dict]:
-    """Every root cause block in a launcher log, in the order they appear."""
+    """Every root cause block in a launcher log, each read from its own node's lines, in the order
+    they appear; each with `noticed`: where in the log its node's torchrun first said it saw a
+    worker fail (the order in which the head learned of the failures)."""
     failures = []
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if _ROOT_CAUSE not in line:
-            continue
-        fields = {}
-        for follow in lines[i + 1:i + 10]:
-            match = _SUMMARY_FIELD.search(follow)
-            if match:
-                fields.setdefault(match.group(1), match.group(2).strip())
-            if "traceback" in fields:
-                break
-        rank = _SUMMARY_RANK.match(fields.get("rank", ""))
-        code = _SUMMARY_EXIT.match(fields.get("exitcode", ""))
-        if rank and code:
-            failures.append({"time": fields.get("time", ""), "host": fields.get("host") or None,
-                             "rank": int(rank.group(1)), "local_rank": int(rank.group(2)),
-                             "exit_code": exit_status(int(code.group(1)))})
-    return failures
+    for lines in _by_source(text).values():
+        noticed = next((position for position, line in lines if _NOTICED.search(line)), None)
+        for i, (position, line) in enumerate(lines):
+            if _ROOT_CAUSE not in line:
+                continue
+            fields = {}
+            for _position, follow in lines[i + 1:i + 10]:
+                match = _SUMMARY_FIELD.search(follow)
+                if match:
+                    fields.setdefault(match.group(1), match.group(2).strip())
+                if "traceback" in fields:
+                    break
+            rank = _SUMMARY_RANK.match(fields.get("rank", ""))
+            code = _SUMMARY_EXIT.match(fields.get("exitcode", ""))
+            if rank and code:
+                failures.append({"time": fields.get("time", ""), "host": fields.get("host") or None,
+                                 "rank": int(rank.group(1)), "local_rank": int(rank.group(2)),
+                                 "exit_code": exit_status(int(code.group(1))),
+                                 "noticed": position if noticed is None else min(noticed, position),
+                                 "position": position})
+    return sorted(failures, key=lambda failure: failure["position"])
 
 
 def first_torchrun_failure(text: str) -> dict | None:
-    """With several nodes failing, the root cause is the earliest (times are to the second;
-    ties go to the one printed first)."""
+    """With several nodes failing, the root cause is the one the head learned of first: the
+    first node whose torchrun said it saw a worker fail, in the launcher log's order (the
+    launcher writes each node's lines as they reach it). Never by the times torchrun prints:
+    those are each node's own clock, and clocks drift."""
     failures = parse_torchrun_failures(text)
     if not failures:
         return None
-    return min(enumerate(failures), key=lambda item: (item[1]["time"] or "~", item[0]))[1]
+    return min(failures, key=lambda failure: (failure["noticed"], failure["position"]))
 
 
 # Open MPI 4.x, a rank that exits non-zero:

@@ -61,6 +61,16 @@ def test_labelled_rank_mode_maps_ranks_to_nodes_by_slots():
     assert rr.labelled("[1,9]<stdout>:e", RANK) == (9, None, "e")  # beyond the slots: no node
 
 
+def test_open_mpis_setpgid_warning_is_never_shown_nor_quoted():
+    # Open MPI 4.1's rsh launcher, in the middle of a healthy run (tests/unit/plugins/modules/captured).
+    noise = "[node0:06697] plm:rsh: Warning: setpgid(6714,6714) failed in parent with errno=Permission denied(13)"
+    assert {rr.shown(noise, TORCHRUN, ranks) for ranks in ("0", "all", "node:n0")} == {None}
+    assert rr.untagged([noise, "[1,0]<stdout>:after it"]) == ["after it"]
+    # Not every warning of the launcher's: another errno, or another message, is shown.
+    other = noise.replace("Permission denied(13)", "No such process(3)")
+    assert rr.shown(other, TORCHRUN, "0") == other
+
+
 def test_shown_rank0_all_and_none():
     lines = ["[1,0]<stdout>:[default0]:zero", "[1,0]<stdout>:[default1]:one", "[1,1]<stdout>:[default0]:two",
              "[1,1]<stderr>:torchrun says", "mpirun: a node is gone"]

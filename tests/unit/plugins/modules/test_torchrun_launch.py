@@ -74,8 +74,9 @@ def test_signal_names():
 
 def test_torchrun_summary_worker_exit_code():
     failures = report.parse_torchrun_failures(captured("torchrun_exit3.log"))
-    assert failures == [{"time": "2026-11-21_06:46:47", "host": "localhost", "rank": 1,
-                         "local_rank": 1, "exit_code": 3}]
+    assert [{key: failure[key] for key in ("time", "host", "rank", "local_rank", "exit_code")}
+            for failure in failures] == [{"time": "2026-11-21_06:46:47", "host": "localhost", "rank": 1,
+                                          "local_rank": 1, "exit_code": 3}]
 
 
 def test_torchrun_summary_worker_killed_by_signal():
@@ -100,21 +101,23 @@ def _as_node(text: str, host: str, time: str, rank: int) -> str:
                   text)
 
 
-def test_first_failure_across_nodes_is_the_earliest():
-    # Built from real blocks: node gpu02 failed at :50, gpu03 (printed first) only at :58.
-    block = captured("torchrun_exit3.log")
-    text = (_as_node(block, "gpu03", "2026-11-21_06:46:58", 5)
-            + _as_node(block, "gpu02", "2026-11-21_06:46:50", 3))
-    assert [f["host"] for f in report.parse_torchrun_failures(text)] == ["gpu03", "gpu02"]
-    first = report.first_torchrun_failure(text)
-    assert (first["host"], first["rank"], first["exit_code"]) == ("gpu02", 3, 3)
+def _tagged(text: str, node: int) -> list[str]:
+    """A node's torchrun lines as Open MPI's --tag-output forwards them into launcher.log."""
+    return [f"[1,{node}]<stderr>:{line}" for line in text.splitlines()]
 
 
-def test_same_second_goes_to_the_one_printed_first():
+def test_first_failure_across_nodes_is_the_one_the_head_learned_of_first_whatever_their_clocks():
+    # Built from real blocks: node 1's torchrun noticed its worker's failure first (its lines
+    # reach the launcher log first), node 0 a moment later; node 1's clock runs 8 s ahead, so
+    # its own times say it failed last. The launcher interleaves the two nodes' lines.
     block = captured("torchrun_exit3.log")
-    text = (_as_node(block, "gpu03", "2026-11-21_06:46:50", 5)
-            + _as_node(block, "gpu02", "2026-11-21_06:46:50", 3))
-    assert report.first_torchrun_failure(text)["host"] == "gpu03"
+    first = _tagged(_as_node(block, "gpu02", "2026-11-21_06:46:58", 3), 1)
+    second = _tagged(_as_node(block, "gpu03", "2026-11-21_06:46:50", 5), 0)
+    noticed = next(i for i, line in enumerate(first) if "failed (exitcode:" in line)
+    text = "\n".join(first[:noticed + 1] + second + first[noticed + 1:])
+    assert [f["host"] for f in report.parse_torchrun_failures(text)] == ["gpu03", "gpu02"]  # as printed
+    found = report.first_torchrun_failure(text)
+    assert (found["host"], found["rank"], found["exit_code"]) == ("gpu02", 3, 3)
 
 
 def test_summary_lines_with_an_output_tag_still_parse():
