@@ -5,8 +5,8 @@ TORCHFLEET_TEST_INVENTORY=inventory/local.yml it runs against that already set-u
 """
 
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
