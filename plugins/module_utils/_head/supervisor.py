@@ -188,10 +188,8 @@ class Run:
         """One attempt of the run: its launcher from start to end, and the clean-up after it.
         (state, message, record changes, cause) where `cause` says why a failure a restart can
         help happened (None for any other end); None where the launcher could not start."""
-        plan, paths, run_id = self.plan, self.plan.paths, self.plan.run_id
-        grace, timeout = plan.stop_grace, plan.launch_timeout
+        plan = self.plan
         slurm_job = plan.scheduler == "slurm"
-        over = self.over  # made anew for each attempt (attempts.next_attempt)
         self.not_alive = {}
         try:
             if slurm_job:
@@ -204,21 +202,32 @@ class Run:
                             msg=f"cannot start {plan.argv[0]}: {err}" if not slurm_job else str(err))
             return None
         self.proc = proc
-        started = begun  # launch_timeout and the duration are the whole run's, every attempt in it
         if plan.max_restarts or plan.first_attempt:
             self.attempts.append({"attempt": attempt, "started": now_iso(), "ended": None,
                                   "nodes": [node.name for node in self.nodes],
                                   "world_size": plan.world_size, "cause": None,
-                                  "workers": paths.get("workers") or None, "port": self.port})
+                                  "workers": plan.paths.get("workers") or None, "port": self.port})
         changes = {"attempts": self.attempts or None, "restarts": attempt}
         if slurm_job:
             self.keeper.update(required=True, **changes)
         else:
-            self.keeper.launched(launcher_pid=proc.pid, msg=f"run {run_id} is running", **changes)
-        timed_out, survivors, warnings, late, stopped, ending = False, [], [], [], None, {}
+            self.keeper.launched(launcher_pid=proc.pid, msg=f"run {plan.run_id} is running", **changes)
+        # launch_timeout and the duration are the whole run's, every attempt in it.
+        end = self.wait_for_end(proc, begun)
+        return self.conclude(proc, end, begun)
+
+    def wait_for_end(self, proc, begun: float) -> SimpleNamespace:
+        """Until the launcher ends, or the attempt must be ended: launch_timeout, ranks that never
+        started, a node dead or lost, a stop. How it ended (timed_out, late, ending: {name:
+        Verdict}, stopped, survivors, warnings, rc; waiting: a Slurm job's state and reason before
+        it was cancelled)."""
+        plan, run_id, grace = self.plan, self.plan.run_id, self.plan.stop_grace
+        slurm_job, over = plan.scheduler == "slurm", self.over  # made anew for each attempt
+        end = SimpleNamespace(timed_out=False, late=[], ending={}, stopped=None, survivors=[], warnings=[],
+                              waiting=(None, None))
         everywhere = threading.Event()  # a process of the run runs on every node
         if plan.start_timeout and not slurm_job:
-            threading.Thread(target=self.watch_start, args=(proc.pid, plan.start_timeout, late, over, everywhere),
+            threading.Thread(target=self.watch_start, args=(proc.pid, plan.start_timeout, end.late, over, everywhere),
                              daemon=True).start()
         watching = bool(plan.heartbeat_timeout and plan.check_nodes and plan.ssh and len(self.nodes) > 1)
         liveness, said_everywhere = None, False
@@ -235,76 +244,85 @@ class Run:
                 if everywhere.is_set() and not said_everywhere:
                     said_everywhere = True
                     self.keeper.update(msg=f"run {run_id} runs on every node")
-                timed_out = bool(timeout) and time.monotonic() - started >= timeout
-                ending = liveness.ending() if liveness else {}
-                stopped = _Stop.signum  # a stop heard after the launcher's end changes nothing of it
-                if timed_out or late or ending or stopped is not None:
-                    if ending:  # said at once: the end takes the stop's grace and the clean-up
-                        self.keeper.update(lost_nodes={name: v.since for name, v in ending.items()})
+                end.timed_out = bool(plan.launch_timeout) and time.monotonic() - begun >= plan.launch_timeout
+                end.ending = liveness.ending() if liveness else {}
+                end.stopped = _Stop.signum  # a stop heard after the launcher's end changes nothing of it
+                if end.timed_out or end.late or end.ending or end.stopped is not None:
+                    if end.ending:  # said at once: the end takes the stop's grace and the clean-up
+                        self.keeper.update(lost_nodes={name: v.since for name, v in end.ending.items()})
                     if slurm_job:
-                        unsure = proc.cancel(grace, lost=[self.slurm_names[name] for name in ending
+                        end.waiting = (proc.info.get("JobState"), proc.info.get("Reason"))  # before scancel
+                        unsure = proc.cancel(grace, lost=[self.slurm_names[name] for name in end.ending
                                                           if name in self.slurm_names])
                         if unsure:
-                            warnings.append(unsure)
-                        survivors = end_run(run_id, grace, spare_guardian=True)[1]
+                            end.warnings.append(unsure)
+                        end.survivors = end_run(run_id, grace, spare_guardian=True)[1]
                     else:
                         # With a node gone, mpirun waits for ever for that node's daemon: it has a
                         # moment to pass the TERM on, and the ranks on the other nodes their own grace
-                        # (the clean-up below).
-                        survivors = stop_launcher(proc, run_id, grace, launcher_grace=min(grace, LOST_LAUNCHER_GRACE)
-                                                  if ending else None)
+                        # (the clean-up after).
+                        end.survivors = stop_launcher(proc, run_id, grace, launcher_grace=min(
+                            grace, LOST_LAUNCHER_GRACE) if end.ending else None)
                     break
             over.set()
-            rc = report.exit_status(proc.returncode)
+            end.rc = report.exit_status(proc.returncode)
             if liveness is not None:
-                if rc != 0 and not (ending or timed_out or late or stopped):
+                if end.rc != 0 and not (end.ending or end.timed_out or end.late or end.stopped):
                     # The launcher often ends a moment after the connection that proves a node dead.
                     liveness.settle(SETTLE)
-                    ending = liveness.ending()
-                    if ending:
-                        self.keeper.update(lost_nodes={name: v.since for name, v in ending.items()})
+                    end.ending = liveness.ending()
+                    if end.ending:
+                        self.keeper.update(lost_nodes={name: v.since for name, v in end.ending.items()})
                 self.not_alive = liveness.not_alive()
         finally:
             over.set()
             if liveness is not None:
                 liveness.close()
-        if not (timed_out or late or ending or stopped):
+        return end
+
+    def conclude(self, proc, end: SimpleNamespace, begun: float):
+        """The attempt's end, cleaned up and said: (state, message, record changes, cause)."""
+        plan, paths, run_id, grace = self.plan, self.plan.paths, self.plan.run_id, self.plan.stop_grace
+        slurm_job, rc, ending = plan.scheduler == "slurm", end.rc, end.ending
+        interrupted = end.timed_out or end.late or ending or end.stopped
+        survivors, warnings = end.survivors, end.warnings
+        if not interrupted:
             # The launcher is gone; nothing of the run should be left on the head.
             leftovers, survivors = end_run(run_id, grace, spare_guardian=True)
             if leftovers:
                 warnings.append(f"{len(leftovers)} process(es) of run {run_id} outlived the "
                                 f"launcher on the head and were stopped")
-        result = {"rc": rc, "duration": round(time.monotonic() - started, 3), "timed_out": timed_out,
+        result = {"rc": rc, "duration": round(time.monotonic() - begun, 3), "timed_out": end.timed_out,
                   "warnings": warnings, "stdout_tail": report.output_tail(paths, plan.worker_files),
                   "rank0_tail": report.rank0_tail(plan.mode, paths)}
         # After a run that failed or was stopped, nothing of it may stay on any node. Open MPI
         # ends the ranks it started, but torchrun's workers, in process groups of their own, can
         # outlive a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false).
         ended = None
-        if (rc != 0 or timed_out or late or ending or stopped) and plan.check_nodes and len(self.nodes) > 1:
+        if (rc != 0 or interrupted) and plan.check_nodes and len(self.nodes) > 1:
             ended = self.end_on_nodes()
             result.update(stopped_on_nodes=ended["stopped"], silent_nodes=[node["name"] for node in ended["silent"]])
-        left = report.cleanup_message(ended, name_silent=not timed_out) if ended else ""
+        left = report.cleanup_message(ended, name_silent=not end.timed_out) if ended else ""
         causes = [verdict.cause(name, plan.heartbeat_timeout) for name, verdict in ending.items()]
-        if timed_out:
+        if end.timed_out:
             # Which nodes still answer tells a node gone silent from a run that hung by itself.
-            silent = ended["silent"] if ended else None
             state = "timed_out"
-            msg = report.timeout_message(run_id, timeout, grace, silent, paths["run"]) + left
+            msg = report.timeout_message(run_id, plan.launch_timeout, grace, ended["silent"] if ended else None,
+                                         paths["run"]) + left
             if slurm_job and not proc.started:
-                waiting = (proc.info.get("JobState"), proc.info.get("Reason"))
                 msg = (f"Slurm job {proc.job_id} of run {run_id} never started within launch_timeout "
-                       f"({timeout} s): it stayed {waiting[0]} ({waiting[1]}), and was cancelled")
-        elif late:
-            state, result["never_started"] = "failed", late
-            msg = report.never_started_message(run_id, plan.start_timeout, late, paths["run"], left)
+                       f"({plan.launch_timeout} s): it stayed {end.waiting[0]} ({end.waiting[1]}), and was "
+                       f"cancelled")
+        elif end.late:
+            state, result["never_started"] = "failed", end.late
+            msg = report.never_started_message(run_id, plan.start_timeout, end.late, paths["run"], left)
         elif ending:
             state = "failed"
             result.update(lost_nodes={name: v.since for name, v in ending.items()}, failed_host=next(iter(ending)))
             msg = report.nodes_ended_message(causes, run_id, paths["run"], left)
-        elif stopped:
+        elif end.stopped:
             state = "stopped"
-            msg = report.stopped_message(run_id, stopped, paths["run"], left)
+            msg = report.stopped_message(run_id, end.stopped, paths["run"], left)
         elif rc != 0:
             state = "failed"
             failure = report.describe_failure(
@@ -327,7 +345,7 @@ class Run:
             result["survivors"] = pids
             msg += (f"; processes {', '.join(map(str, pids))} of run {run_id} survived SIGKILL on "
                     f"the head; check them (uninterruptible I/O?)")
-        return state, msg, result, attempts.restart_cause(state, result, late, survivors, plan.final_exit_codes,
+        return state, msg, result, attempts.restart_cause(state, result, end.late, survivors, plan.final_exit_codes,
                                                           causes)
 
     def end_on_nodes(self) -> dict:
