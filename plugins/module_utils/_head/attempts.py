@@ -115,7 +115,8 @@ def ready_nodes(run, asked) -> tuple[list, dict]:
     reachable = [node for node, ok in zip(others, knocked) if ok]
     request = {"expect": {}, "stop": {"run_id": plan.run_id, "grace": plan.stop_grace}}
     answers = probe_nodes(reachable, plan.head, plan.ssh, plan.python, {node.name: request for node in reachable},
-                          timeout=plan.stop_grace + 20, connect_timeout=5) if reachable and plan.check_nodes else {}
+                          timeout=plan.stop_grace + 20, connect_timeout=5,
+                          control_dir=plan.control_dir) if reachable and plan.check_nodes else {}
     if not plan.check_nodes:  # the other nodes take no ssh from the head: the knock alone
         answers = {node.name: {"runs": []} for node in reachable}
     if any(node.name == plan.head for node in asked):

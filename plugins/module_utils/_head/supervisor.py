@@ -37,7 +37,8 @@ from .transitions import Owner, RecordKeeper, RecordRefused
 
 START_FIRST_LOOK = 5.0  # seconds from the launcher's start to the start watch's first look
 START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
-LOST_LAUNCHER_GRACE = 2.0  # seconds mpirun has to pass a TERM on once a node is dead or lost
+LOST_LAUNCHER_GRACE = 2.0  # seconds mpirun has to pass a TERM on once a node is lost (silent)
+DEAD_LAUNCHER_GRACE = 0.5  # the same once a node is proven dead: mpirun is ending by itself then
 SETTLE = 1.0  # seconds a failed launcher's end waits for a node's death to be proven
 
 
@@ -261,8 +262,9 @@ class Run:
                         # With a node gone, mpirun waits for ever for that node's daemon: it has a
                         # moment to pass the TERM on, and the ranks on the other nodes their own grace
                         # (the clean-up after).
+                        dead = all(v.state is NodeState.DEAD for v in end.ending.values())
                         end.survivors = stop_launcher(proc, run_id, grace, launcher_grace=min(
-                            grace, LOST_LAUNCHER_GRACE) if end.ending else None)
+                            grace, DEAD_LAUNCHER_GRACE if dead else LOST_LAUNCHER_GRACE) if end.ending else None)
                     break
             over.set()
             end.rc = report.exit_status(proc.returncode)
