@@ -12,7 +12,7 @@ import socket
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import nodes_without_ranks, probe_nodes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import port_holders, port_in_use
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs, runs_listed
 
 
 def holds_address(address: str) -> bool:
@@ -97,9 +97,7 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> di
                          unreachable=lost, run_id=plan.run_id)
     runs = [{"node": name, **run} for name in order for run in group_runs(answers[name]["runs"])]
     if runs:
-        listed = "; ".join(f"on {run['node']}: {run['run_id']} (pids {', '.join(map(str, run['pids']))})"
-                           for run in runs)
-        module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {listed}. "
+        module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {runs_listed(runs)}. "
                              f"Stop it first with {STOP_HINT}, then launch again", runs=runs,
                          run_id=plan.run_id)
     by_name = {node.name: node for node in nodes}

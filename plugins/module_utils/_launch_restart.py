@@ -20,7 +20,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record im
     SupervisorPlan,
     read_state,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs, runs_listed
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import write_file
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import Node, plan_from_dict, render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import (
@@ -120,9 +120,7 @@ def run_restarted(module) -> None:
     result.update(launcher_log=plan.paths["launcher"], attempt=plan.first_attempt)
     others = other_runs(module, plan)
     if others:
-        listed = "; ".join(f"on {run['node']}: {run['run_id']} (pids {', '.join(map(str, run['pids']))})"
-                           for run in others)
-        module.fail_json(msg=f"refusing to restart run {run_id}: another torchfleet run is alive {listed}. "
+        module.fail_json(msg=f"refusing to restart run {run_id}: another torchfleet run is alive {runs_listed(others)}. "
                              f"Stop it first with {STOP_HINT}, or wait for it, then restart", runs=others, **result)
     if module.check_mode:
         module.exit_json(**result)

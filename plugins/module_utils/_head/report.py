@@ -196,6 +196,11 @@ def group_runs(procs) -> list[dict]:
     return [{"run_id": run_id, "pids": pids} for run_id, pids in sorted(runs.items())]
 
 
+def runs_listed(runs) -> str:
+    """Runs alive on nodes ([{node, run_id, pids}]) as a refusal names them."""
+    return "; ".join(f"on {run['node']}: {run['run_id']} (pids {', '.join(map(str, run['pids']))})" for run in runs)
+
+
 def cleanup_message(ended, name_silent: bool = True) -> str:
     """What the clean-up on the other nodes could not do, for the end of a failure message (a
     timeout's message names the silent nodes itself)."""
