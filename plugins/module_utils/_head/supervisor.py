@@ -37,7 +37,7 @@ from .transitions import Owner, RecordKeeper, RecordRefused
 
 START_FIRST_LOOK = 5.0  # seconds from the launcher's start to the start watch's first look
 START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
-LOST_LAUNCHER_GRACE = 2.0  # seconds mpirun has to pass a TERM on once a node is lost (silent)
+LOST_LAUNCHER_GRACE = 1.0  # seconds mpirun has to pass a TERM on once a node is lost (silent)
 DEAD_LAUNCHER_GRACE = 0.5  # the same once a node is proven dead: mpirun is ending by itself then
 SETTLE = 1.0  # seconds a failed launcher's end waits for a node's death to be proven
 
