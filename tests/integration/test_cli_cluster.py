@@ -50,6 +50,7 @@ def test_launch_prints_rank0_report(target):
     launcher_noise = re.compile(r"^\[[^\]\s]+:\d+\] plm:", re.M)
     assert not launcher_noise.search(result.stdout + result.stderr), result.stdout + result.stderr
 
+
 def test_failed_rank_gives_its_own_exit_code_and_names_it(target):
     result = torchfleet(target, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--json",
                         "--", *TRAIN, "--fail-on-rank", "1")
