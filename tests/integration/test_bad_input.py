@@ -21,7 +21,10 @@ HEAD = NODES[0]
 # account's processes (pgrep exits 1 when there are none). One mtime is left out: that of Ansible's
 # scratch directory ~/.ansible/tmp, where every module run as the training account (a check-mode
 # render on the head, say) makes and removes a directory of its own; what it holds is still listed.
+# And one directory: ~/.local/state/torchfleet, made by setup, holds the head's launch lock, which
+# every launch takes before its checks (and writes its run's name into, for a launch meanwhile).
 STATE = ("find /home/torchfleet /etc/ssh/ssh_known_hosts /opt/torchfleet/wheelhouse "
+         "\\( -path /home/torchfleet/.local/state/torchfleet -prune \\) -o "
          "\\( -path /home/torchfleet/.ansible/tmp -printf '%p %s\\n' \\) -o -printf '%p %s %T@\\n' | sort; "
          "echo '# processes of torchfleet:'; pgrep -u torchfleet -a; "
          "echo '# Slurm jobs:'; squeue -h -o '%i %j %T'")
