@@ -563,6 +563,10 @@ def test_a_supervisor_that_fails_mid_run_leaves_nothing_on_any_node(cluster):
     # supervisor's environment through launch_env_set): it ends the launcher and the ranks
     # everywhere, then records the run failed, naming the error.
     run_id = f"tf-svfail-{uuid.uuid4().hex[:8]}"
+
+    def ssh_master_dirs():  # the launch's ssh masters' directories on the head
+        return set(docker("exec", NODES[0], "sh", "-c", "ls -d /tmp/tf-ssh-* 2>/dev/null").stdout.split())
+    before = ssh_master_dirs()
     rc, output = cluster.launch(*LONG_RUN, "-e", f"run_id={run_id}", "-e",
                                 json.dumps({"launch_env_set": {"TORCHFLEET_FAULT": "save-after-launch"}}),
                                 timeout=300)
@@ -573,6 +577,7 @@ def test_a_supervisor_that_fails_mid_run_leaves_nothing_on_any_node(cluster):
                                    f"TORCHFLEET_FAULT=save-after-launch"), final["msg"]
     for node in NODES:
         assert left_on(node) == [], node
+    assert ssh_master_dirs() == before  # closed and removed, as at any end
 
 
 def test_a_restart_is_refused_while_another_run_holds_the_nodes_and_one_of_two_at_once_starts(cluster):

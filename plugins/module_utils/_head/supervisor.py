@@ -26,7 +26,7 @@ import traceback
 from types import SimpleNamespace
 
 from . import attempts, report, slurm
-from .fanout import PROBE_TIMEOUT, end_run_on_nodes, nodes_without_ranks, probe_nodes
+from .fanout import PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
 from .guardian import start_guardian
 from .liveness import Liveness, NodeState
 from .probe import SUPERVISOR_VAR, end_run, read_end
@@ -365,18 +365,21 @@ class Run:
         stop would. What was done, for the record."""
         plan, proc = self.plan, self.proc
         self.over.set()
-        if proc is None:
-            return "no launcher had started"
-        if plan.scheduler == "slurm":
-            proc.cancel(plan.stop_grace)
-        elif proc.poll() is None:
-            stop_launcher(proc, plan.run_id, plan.stop_grace, launcher_grace=LOST_LAUNCHER_GRACE)
-        end_run(plan.run_id, plan.stop_grace, spare_guardian=True)
-        said = "its launcher and what the run ran on the head were ended"
-        if plan.check_nodes and plan.ssh and len(self.nodes) > 1:
-            ended = self.end_on_nodes()
-            said += f", and {sum(len(p) for p in ended['stopped'].values())} on the other nodes" + \
-                report.cleanup_message(ended)
+        said = "no launcher had started"
+        if proc is not None:
+            if plan.scheduler == "slurm":
+                proc.cancel(plan.stop_grace)
+            elif proc.poll() is None:
+                stop_launcher(proc, plan.run_id, plan.stop_grace, launcher_grace=LOST_LAUNCHER_GRACE)
+            end_run(plan.run_id, plan.stop_grace, spare_guardian=True)
+            said = "its launcher and what the run ran on the head were ended"
+            if plan.check_nodes and plan.ssh and len(self.nodes) > 1:
+                ended = self.end_on_nodes()
+                said += f", and {sum(len(p) for p in ended['stopped'].values())} on the other nodes" + \
+                    report.cleanup_message(ended)
+        if plan.control_dir:  # the ssh masters the launch left open for mpirun, as at any end
+            close_ssh_masters(plan.ssh, plan.control_dir, [node.address for node in self.nodes
+                                                           if node.name != plan.head])
         return said
 
 
