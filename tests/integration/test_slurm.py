@@ -136,9 +136,14 @@ def test_detach_then_stop_cancels_the_job_and_leaves_nothing(cluster):
         orted = wait_until(orted_pids, 60, f"Open MPI's daemon on {node}")
         parent = on(node, "ps", "-o", "ppid=", "-p", orted[0]).stdout.strip()
         assert on(node, "ps", "-o", "comm=", "-p", parent).stdout.strip() == "slurmstepd"
-        # The head's checks before the start used ssh; the run holds no ssh session to the node.
-        wait_until(lambda: not on(node, "pgrep", "-f", "sshd: torchfleet").stdout.strip(), 20,
-                   f"no ssh session of the training account on {node}")
+        # The head's checks before the start used ssh; of the run, only the supervisor's beat (its
+        # liveness session, liveness.py) runs under an ssh session of the node's, never the launcher.
+        def under_sshd():
+            table = on(node, "ps", "-e", "-o", "pid=,ppid=,comm=,args=").stdout.splitlines()
+            sshd = {row.split()[0] for row in table if row.split()[2] == "sshd"}
+            return [row for row in table if row.split()[1] in sshd and row.split()[2] != "sshd"]
+        wait_until(lambda: all("random/boot_id" in row for row in under_sshd()), 20,
+                   f"no ssh session of the training account on {node} but the supervisor's beat")
     wait_until(lambda: "epoch 1/" in torchfleet(cluster, "logs", run_id).stdout, LIMIT, "training")
 
     stopped = torchfleet(cluster, "stop", run_id)
@@ -187,7 +192,7 @@ def test_stop_cancels_a_pending_job_whose_supervisor_is_gone(cluster):
                                            None), LIMIT, "the run submitted")
             run_id = said.split()[2]
             wait_until(lambda: f"{run_id} PENDING" in queue(), 60, "its job pending")
-            killed = on(HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f", f"_head.supervisor .*{run_id}")
+            killed = on(HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f", f"_head\\.(supervisor|guardian) .*{run_id}")
             assert killed.returncode == 0, killed.stderr
         finally:
             launch.kill()

@@ -560,7 +560,8 @@ def test_a_running_run_is_not_restarted(cluster):
     proc, _tree = cluster.start(args)
     wait_for_ranks(args["run_id"])
     rc, output, refused = cluster.run({"state": "restarted", "run_id": args["run_id"], "log_dir": args["log_dir"]})
-    assert rc != 0 and f"run {args['run_id']} is still running: stop it first" in refused["msg"], refused["msg"]
+    assert rc != 0 and f"run {args['run_id']} is running (its supervisor, pid " in refused["msg"], refused["msg"]
+    assert "stop it first" in refused["msg"], refused["msg"]
     assert len([p for p in alive(args["run_id"]) if "train.py" in p["cmdline"]]) == 2
 
     # Stopped, it may be restarted; detached, the restart returns once its ranks run.
