@@ -24,9 +24,9 @@ import socket
 import subprocess
 import threading
 import time
-from datetime import datetime, timezone
 
 from .probe import RUN_ID_VAR, SUPERVISOR_VAR
+from .report import now_iso
 
 BEAT_EVERY = 1.0  # seconds between two beats of a node
 SILENT_AFTER = 3.5  # seconds without a beat after which a node is silent (three beats missed)
@@ -77,8 +77,7 @@ def node_answers(address: str, port: int, timeout: float = 3.0) -> bool:
 
 def wall_time(monotonic: float) -> str:
     """The head's clock (UTC, ISO 8601) at the time.monotonic() `monotonic`."""
-    at = time.time() - (time.monotonic() - monotonic)
-    return datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds")
+    return now_iso(time.time() - (time.monotonic() - monotonic))
 
 
 class Verdict:
