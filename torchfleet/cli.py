@@ -304,25 +304,30 @@ def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True
                    stop_on_interrupt=False) -> int:
     """Stream the run (rank 0, or every rank) until it ends, then its end report; the run's
     own exit code. `record`: the run had ended already, print its report only."""
-    from torchfleet import follow
+    from torchfleet import follow, screen
 
     head = found["head"]
     ranks = ranks or _shown_ranks(args)
     shown = collections.deque(maxlen=JSON_REPORT_LINES)  # memory bounded whatever the run writes
+    live = None if args.json or not screen.is_terminal(sys.stdout) else screen.Live()
 
     def on_line(text):
         if args.json:
             shown.append(text)
+        elif live:
+            live.line(text)
         else:
             print(text, flush=True)
     try:
         if record is None:
             record = follow.follow(head, found["hostvars"], run_id, ranks, from_start, on_line,
-                                   tail=getattr(args, "tail", None))
+                                   tail=getattr(args, "tail", None), on_piece=live and live.piece)
         elif ranks == "0":  # it ended before it could be followed: rank 0's last lines instead
             for line in record.get("rank0_tail") or []:
                 on_line(line)
     except KeyboardInterrupt:
+        if live:  # the bars left as they read, before any word of torchfleet's below them
+            live.close()
         if stop_on_interrupt:
             return _interrupted(args, run_id)
         print(f"torchfleet: stopped following; run {run_id or '(newest)'} goes on", file=sys.stderr)
@@ -331,6 +336,9 @@ def _follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True
         print(f"torchfleet: {error}; the run goes on: torchfleet logs -f {run_id or ''}".rstrip(),
               file=sys.stderr)
         return 255
+    finally:
+        if live:
+            live.close()
     if record.get("state") == "unknown":
         print(f"torchfleet: {record.get('msg')}", file=sys.stderr)
         return 1

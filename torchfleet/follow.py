@@ -110,12 +110,14 @@ def remote_command(head: Head, hostvars: dict, args: list[str]) -> str:
 
 
 def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", from_start: bool = True,
-           on_line=None, until_end: bool = True, tail: int | None = None) -> dict:
-    """Stream the run's output (`on_line(text)` for each shown line) until it has ended (or,
-    not `until_end`, what it has written so far); returns its record. `ranks`: "0", "all",
-    "rank:N", "node:HOST" or "none" (see the head package's record.shown); `tail`: of what was
-    written before, the last lines only. The newest run when `run_id` is None."""
-    follower = module_util("_head.record")  # the follower on the head: its lines' prefixes
+           on_line=None, until_end: bool = True, tail: int | None = None, on_piece=None) -> dict:
+    """Stream the run's output until it has ended (or, not `until_end`, what it has written so
+    far); returns its record. `on_line(text)` for each line as a file or a pipe shows it (each
+    redraw of a line a line of its own); with `on_piece(kind, key, text)` the pieces of lines
+    redrawn or cut go there instead (a terminal's screen.Live draws them in place), and a
+    scheduler's word as kind "S". `ranks`: "0", "all", "rank:N", "node:HOST" or "none" (see the
+    head package's record.shown_parts); `tail`: of what was written before, the last lines only.
+    The newest run when `run_id` is None."""
     where = f"{head.log_dir}/{run_id}" if run_id else head.log_dir
     verb = "follow" if until_end else "print"
     command = remote_command(head, hostvars, [verb, where, ranks, "start" if from_start else "now",
@@ -124,25 +126,20 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
     # this process, which decides what it means. Ansible-runner's handler for it is replaced.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     password = head.become_password
+    # Bytes, each line decoded: text mode's universal newlines would take a "\r" for a line's end.
     proc = subprocess.Popen([*head.ssh, command], stdin=subprocess.DEVNULL if password is None else subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     if password is not None:  # sudo -S reads it first; the follower reads no stdin
         try:
-            proc.stdin.write(password + "\n")
+            proc.stdin.write(password.encode() + b"\n")
             proc.stdin.close()
         except BrokenPipeError:  # ssh already gone: its stderr says why, below
             pass
     record, read_to_end = None, False
     try:
         for raw in proc.stdout:
-            if raw.startswith(follower.LINE):
-                if on_line:
-                    on_line(raw[2:].rstrip("\n"))
-            elif raw.startswith(follower.STATUS):  # a Slurm job's state: pending (and why), running
-                print(f"torchfleet: {raw[2:].rstrip()}", file=sys.stderr, flush=True)
-            elif raw.startswith(follower.END):
-                record = json.loads(raw[2:])
+            record = deliver(raw.decode("utf-8", "replace").rstrip("\n"), on_line, on_piece) or record
         read_to_end = True
     finally:
         if read_to_end:  # ssh's own exit status, not the kill's, for the message below
@@ -154,7 +151,7 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
             proc.kill()
         proc.stdin = None  # written and closed above, or never a pipe: nothing left to flush
         try:
-            said = proc.communicate(timeout=5)[1].strip()
+            said = proc.communicate(timeout=5)[1].decode("utf-8", "replace").strip()
         except subprocess.TimeoutExpired:  # a process ssh started (a ProxyCommand) still holds it
             said = ""
     if record is None:
@@ -166,6 +163,28 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
         raise FollowError(f"lost the run's output stream from {head.name} (ssh exited {proc.returncode}"
                           f"{': ' + last if last else ''}){hint}")
     return record
+
+
+def deliver(raw: str, on_line=None, on_piece=None) -> dict | None:
+    """Hand one line of the head's follower on (see follow); the run's record once it says it."""
+    follower = module_util("_head.record")  # the follower on the head: its lines' prefixes
+    if raw.startswith(follower.LINE):
+        if on_line:
+            on_line(raw[2:])
+    elif raw.startswith(follower.PIECES):
+        kind, key, text = raw[0], *raw[2:].split(" ", 1)
+        if on_piece:
+            on_piece(kind, key, text)
+        elif on_line and kind != "R" and (kind != "P" or text.strip()):
+            on_line(text)  # a drawing (R) is left: a redraw or the line's end follows it
+    elif raw.startswith(follower.STATUS):  # a Slurm job's state: pending (and why), running
+        if on_piece:
+            on_piece("S", "", f"torchfleet: {raw[2:].rstrip()}")
+        else:
+            print(f"torchfleet: {raw[2:].rstrip()}", file=sys.stderr, flush=True)
+    elif raw.startswith(follower.END):
+        return json.loads(raw[2:])
+    return None
 
 
 def end_report(record: dict, head: str) -> tuple[list[str], list[str]]:

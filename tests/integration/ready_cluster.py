@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 # each get their own containers, never the other's, whose key is not theirs.
 NAME = os.environ.get("TORCHFLEET_TEST_CLUSTER") or f"tfit{os.getpid()}"
 NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
+TEST_PACKAGES = ["torch==2.13.0", "numpy", "tqdm"]
 
 
 def run(argv, check=False, **kwargs):
@@ -73,6 +74,9 @@ class Cluster:
         result = self.torchfleet("cluster", "up", "--slurm", "--name", NAME, "--nodes", "3",
                                  "--inventory", str(self.inventory))
         assert result.returncode == 0, result.stderr
+        # The spec the tests' scripts need: tqdm draws the progress bars test_run_output follows.
+        with open(self.inventory, "a", encoding="utf-8") as inventory:
+            inventory.write(f"        python_env_packages: {json.dumps(TEST_PACKAGES)}\n")
         # The first setup, from scratch: what the controller sends into the cluster's network
         # (the wheels once, ssh, Ansible's modules), for test_setup_cluster to judge.
         with devcluster.ControllerTraffic(NAME) as traffic:

@@ -343,13 +343,22 @@ def clipped(lines) -> list[str]:
             f"{line[:TAIL_LINE_CHARS]}... ({len(line) - TAIL_LINE_CHARS} characters more)" for line in lines]
 
 
+def last_lines(text: str, lines: int) -> list[str]:
+    """The last `lines` lines of a rank's output, each as it was left: a line redrawn with "\r"
+    (a progress bar) as its last redraw, never as a line per redraw."""
+    found = text.split("\n")
+    if found and not found[-1]:
+        found.pop()
+    return [line.rstrip("\r").rpartition("\r")[2] for line in found[-lines:]]
+
+
 def log_tail(pattern: str, lines: int) -> dict:
     """The last `lines` lines of the file `pattern` names here (the latest torchrun attempt
     sorts last), clipped, and its resolved path; path None when there is no such file."""
     matches = sorted(glob.glob(pattern))
     if not matches:
         return {"path": None, "lines": []}
-    return {"path": matches[-1], "lines": clipped(read_end(matches[-1], 256 * 1024).splitlines()[-lines:])}
+    return {"path": matches[-1], "lines": clipped(last_lines(read_end(matches[-1], 256 * 1024), lines))}
 
 
 def canonical(name: str) -> str:

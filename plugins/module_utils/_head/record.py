@@ -49,9 +49,12 @@ class RunState(str, enum.Enum):
 
 ACTIVE = (RunState.STARTING.value, RunState.RUNNING.value, RunState.RESTARTING.value)
 ENDED = (RunState.SUCCEEDED.value, RunState.FAILED.value, RunState.STOPPED.value, RunState.TIMED_OUT.value)
-# The follower's lines on stdout: "L <output line>" while the run goes on, "S <status>" when a
-# scheduler's job changes state (pending and why, running), "E <record>" once.
+# The follower's lines on stdout: "L <output line>" while the run goes on, "KIND KEY <text>" for
+# the pieces of a line redrawn or cut (kinds P, R, C, D: see Tail.pieces; KEY names the file, one
+# word), "S <status>" when a scheduler's job changes state (pending and why, running), "E <record>"
+# once.
 LINE, STATUS, END = "L ", "S ", "E "
+PIECES = ("P ", "R ", "C ", "D ")
 POLL = 0.05  # seconds between looks at a quiet log: a written line is shown within about this
 CHUNK = 1 << 20  # bytes of the log read at a time
 
@@ -352,41 +355,79 @@ def labelled(line: str, record: dict) -> tuple[int | None, str | None, str]:
     return process * (record.get("nproc") or 1) + int(worker.group(1)), host, text[worker.end():]
 
 
-def shown(line: str, record: dict, ranks: str) -> str | None:
-    """What a follower prints of a launcher.log line: with `ranks` "0" (or "rank:N") that rank's
-    lines bare and the launcher's own messages (mpirun's errors); with "all" every line, a rank's
-    as `[rank N host] ...`, a node's torchrun as `[host] ...`; with "node:HOST" those of HOST;
-    with "none" nothing. The launcher's noise (LAUNCHER_NOISE) is never shown."""
+def shown_parts(line: str, record: dict, ranks: str) -> tuple[str, str] | None:
+    """(label, text) of what a follower prints of a launcher.log line, None for nothing: with
+    `ranks` "0" (or "rank:N") that rank's lines bare and the launcher's own messages (mpirun's
+    errors); with "all" every line, a rank's labelled `[rank N host] `, a node's torchrun's
+    `[host] `; with "node:HOST" those of HOST; with "none" nothing. The launcher's noise
+    (LAUNCHER_NOISE) is never shown."""
     if ranks == "none" or LAUNCHER_NOISE.match(line):
         return None
     rank, host, text = labelled(line, record)
     if ranks == "all" or (ranks.startswith("node:") and host == ranks[5:]):
         if rank is not None:
-            return f"[rank {rank} {host}] {text}"
-        return f"[{host}] {text}" if host else text
+            return f"[rank {rank} {host}] ", text
+        return (f"[{host}] ", text) if host else ("", text)
     if ranks.startswith("node:"):
         return None
     if rank == int(ranks.partition(":")[2] or ranks):
-        return text
-    return text if host is None else None
+        return "", text
+    return ("", text) if host is None else None
+
+
+def shown(line: str, record: dict, ranks: str) -> str | None:
+    """A launcher.log line as a follower prints it (see shown_parts), None for nothing."""
+    parts = shown_parts(line, record, ranks)
+    return None if parts is None else parts[0] + parts[1]
 
 
 # torchrun's --log-dir on each node: DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/std*.log.
-_WORKER_FILE = re.compile(r"attempt_(\d+)[/\\](\d+)[/\\](?:stdout|stderr)\.log$")
+_WORKER_FILE = re.compile(r"attempt_(\d+)[/\\](\d+)[/\\](stdout|stderr)\.log$")
 REMOTE_QUIET = 10  # seconds a node's reader may say nothing after the run's end before it is given up
 CAUGHT_UP = b"-\n"  # a node's reader has sent what its files held when it started
 
 
+# A line's pieces, as a follower passes them on (see Tail.pieces). Scripts redraw a line with
+# "\r" (tqdm, rich): each redraw a line of its own where the output is a file or a pipe, drawn in
+# place on a terminal.
+WHOLE = b"L"  # a line that ended, never redrawn: as it was written
+REDRAWN = b"P"  # a redraw of a line still open ("\r" ended it): shown as a line, or drawn in place
+DRAWING = b"R"  # what a line still open reads now, unended: drawn in place on a terminal, else left
+CUT = b"C"  # a piece of a line longer than LINE_CAP: a line of its own everywhere
+DONE = b"D"  # the end of a line that was redrawn, drawn or cut: its final state
+LINE_CAP = 4 << 20  # bytes of an unended line a reader holds; beyond, it is passed on in pieces
+DRAWING_CAP = 1000  # bytes of a drawing passed on: a terminal shows one row of it
+
+
+def _cut_at(data: bytes, limit: int) -> int:
+    """Where to cut `data` at most `limit` bytes in, not inside a UTF-8 character."""
+    cut = limit
+    while cut > limit - 4 and cut > 0 and data[cut] & 0xC0 == 0x80:
+        cut -= 1
+    return cut if cut > 0 else limit
+
+
 class Tail:
-    """A growing file, read on from where the last look left it, in whole lines."""
+    """A growing file, read on from where the last look left it, in pieces of lines: memory is
+    bounded by CHUNK and LINE_CAP, whatever the length of a line."""
 
-    def __init__(self, path: str, position: int = 0):
-        self.path, self.position, self.partial = path, position, b""
+    def __init__(self, path: str, position: int = 0, redraws: bool = True):
+        # Not `redraws`: "\r" is a byte like any other (a launcher's tagged lines, split later).
+        self.path, self.position, self.redraws = path, position, redraws
+        self.partial = b""  # the open line since its last redraw
+        self.drawn = False  # whether a piece of the open line was passed on (it ends with DONE)
+        self.said = b""  # the last DRAWING passed on
 
-    def lines(self, final: bool = False) -> tuple[list, bool]:
-        """(the whole lines written since the last look, whether more is waiting). A CHUNK at
-        a time: memory is bounded by a chunk and the longest line. `final`: the writer is gone,
-        so a last line without its newline is whole too."""
+    def _redraws(self, line: bytes) -> list:
+        return line.split(b"\r") if self.redraws else [line]
+
+    def _ended(self, line: bytes) -> tuple:
+        self.partial, drawn, self.drawn, self.said = b"", self.drawn, False, b""
+        return (DONE if drawn else WHOLE, line)
+
+    def pieces(self, final: bool = False) -> tuple[list, bool]:
+        """([(kind, bytes)] since the last look, whether more is waiting). `final`: the writer is
+        gone, so an open line is ended too."""
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.position)
@@ -395,12 +436,41 @@ class Tail:
             data = b""
         self.position += len(data)
         more = len(data) == CHUNK
-        lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()
-        if final and not more and self.partial:
-            lines.append(self.partial)
-            self.partial = b""
-        return lines, more
+        if not data and not (final and (self.partial or self.drawn)):
+            return [], more
+        found, lines = [], (self.partial + data).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            *redraws, last = self._redraws(line[:-1] if line.endswith(b"\r") else line)
+            found += [(REDRAWN, redraw) for redraw in redraws if redraw.strip()]
+            self.drawn = self.drawn or bool(redraws)
+            found.append(self._ended(last))
+        # An "\r" at the very end may be the first half of "\r\n": it waits for the next byte.
+        held = rest.endswith(b"\r") and self.redraws
+        *redraws, self.partial = self._redraws(rest[:-1] if held else rest)
+        found += [(REDRAWN, redraw) for redraw in redraws if redraw.strip()]
+        self.drawn = self.drawn or bool(redraws)
+        if held:
+            self.partial += b"\r"
+        if final and not more:
+            if self.partial or self.drawn:
+                found.append(self._ended(self.partial.rstrip(b"\r")))
+            return found, more
+        while len(self.partial) > LINE_CAP:
+            cut = _cut_at(self.partial, LINE_CAP)
+            found.append((CUT, self.partial[:cut]))
+            self.partial, self.drawn = self.partial[cut:], True
+        drawing = self.partial.rstrip(b"\r")[:DRAWING_CAP] if self.redraws else b""
+        if drawing and drawing != self.said and not more:  # with more waiting, it is gone already
+            found.append((DRAWING, drawing))
+            self.said, self.drawn = drawing, True
+        return found, more
+
+    def lines(self, final: bool = False) -> tuple[list, bool]:
+        """(the lines ended since the last look, each redraw and piece a line of its own, whether
+        more is waiting): the pieces as a file or a pipe shows them."""
+        found, more = self.pieces(final)
+        return [text for kind, text in found if kind != DRAWING], more
 
 
 class WorkerFiles:
@@ -410,7 +480,7 @@ class WorkerFiles:
 
     def __init__(self, directory: str, local_ranks=None, from_start: bool = True):
         self.directory, self.local_ranks, self.from_start = directory, local_ranks, from_start
-        self.tails: dict = {}  # path: (local rank, Tail)
+        self.tails: dict = {}  # path: (local rank, stream: b"o" or b"e", Tail)
         self.looked = False
 
     def _find(self) -> None:
@@ -422,30 +492,35 @@ class WorkerFiles:
             local = int(found.group(2))
             if self.local_ranks is None or local in self.local_ranks:
                 start = 0 if self.from_start or self.looked else os.path.getsize(path)
-                self.tails[path] = (local, Tail(path, start))
+                self.tails[path] = (local, b"o" if found.group(3) == "stdout" else b"e", Tail(path, start))
         self.looked = True
 
     def read(self, final: bool = False) -> tuple[list, bool]:
-        """([(local rank, line)], whether more is waiting): what every file holds since the last
-        read, each file's lines in order."""
+        """([(local rank, stream, kind, bytes)], whether more is waiting): what every file holds
+        since the last read, each file's pieces in order."""
         self._find()
         found, more = [], False
-        for local, tail in self.tails.values():
-            lines, waiting = tail.lines(final)
-            found += [(local, line) for line in lines]
+        for local, stream, tail in self.tails.values():
+            pieces, waiting = tail.pieces(final)
+            found += [(local, stream, kind, text) for kind, text in pieces]
             more = more or waiting
         return found, more
 
 
+SERVE_HELLO = b"=2\n"  # what a node's reader says first: its lines are "LOCAL STREAM KIND TEXT"
+
+
 def serve_worker_lines(directory: str, from_start: bool) -> int:
-    """On a node, for the head's follower: "LOCAL_RANK LINE" for every line of this node's worker
-    files, as they grow, until stdin closes (the run has ended); then the rest, and exit."""
+    """On a node, for the head's follower: SERVE_HELLO, then "LOCAL_RANK STREAM KIND TEXT" for
+    every piece of this node's worker files (see Tail.pieces), as they grow, until stdin closes
+    (the run has ended); then the rest, and exit."""
     files, final, caught_up = WorkerFiles(directory, None, from_start), False, False
     out = sys.stdout.buffer
+    out.write(SERVE_HELLO)
     while True:
         found, more = files.read(final)
-        for local, line in found:
-            out.write(b"%d %s\n" % (local, line))
+        for local, stream, kind, text in found:
+            out.write(b"%d %s %s %s\n" % (local, stream, kind, text))
         if not more and not caught_up:  # what the files held at the start has been sent
             out.write(CAUGHT_UP)
             caught_up = True
@@ -481,17 +556,24 @@ class NodeReader:
         self.thread.start()
 
     def _pump(self) -> None:
+        pieces = False  # a reader of this version says so first; an older one sends whole lines
         for raw in self.proc.stdout:
             self.heard = time.monotonic()
             if raw == CAUGHT_UP:
                 self.caught_up = True
                 continue
-            local, _sep, line = raw.rstrip(b"\n").partition(b" ")
-            self.lines.put((self, int(local), line))
+            if raw == SERVE_HELLO:
+                pieces = True
+                continue
+            if pieces:
+                local, stream, kind, text = raw[:-1].split(b" ", 3)
+            else:
+                (local, text), stream, kind = raw.rstrip(b"\n").split(b" ", 1), b"o", WHOLE
+            self.lines.put((self, int(local), stream, kind, text))
         self.caught_up = True
         said = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
         rc = self.proc.wait()
-        self.lines.put((self, None, (said[-1] if said else f"ssh exited {rc}") if rc else None))
+        self.lines.put((self, None, None, None, (said[-1] if said else f"ssh exited {rc}") if rc else None))
 
     def finish(self) -> None:
         """The run has ended: the node's reader sends the rest of its files, then exits."""
@@ -509,7 +591,7 @@ class RunOutput:
 
     def __init__(self, run_dir: str, record: dict, ranks: str, from_start: bool):
         self.record, self.ranks, self.run_dir, self.from_start = record, ranks, run_dir, from_start
-        self.launcher = Tail(os.path.join(run_dir, LAUNCHER_LOG))
+        self.launcher = Tail(os.path.join(run_dir, LAUNCHER_LOG), redraws=False)
         if not from_start:
             try:
                 self.launcher.position = os.path.getsize(self.launcher.path)
@@ -568,38 +650,50 @@ class RunOutput:
             reader.wanted = locals_
             self.readers.append(reader)
 
-    def _worker_line(self, group: list, index: int, local: int, line: bytes) -> str:
-        text = line.decode("utf-8", "replace")
-        if self.ranks == "0" or self.ranks.startswith("rank:"):
-            return text
-        return f"[rank {index * self.plan['nproc'] + local} {group[index]}] {text}"
+    def _worker_piece(self, group: list, index: int, local: int, stream: bytes, kind: bytes, text: bytes) -> tuple:
+        """(kind, key, text) of a piece of a worker's output, as shown: `key` names its file."""
+        label = "" if self.ranks == "0" or self.ranks.startswith("rank:") else \
+            f"[rank {index * self.plan['nproc'] + local} {group[index]}] "
+        return kind.decode(), f"{group[index]}/{local}{stream.decode()}", label + text.decode("utf-8", "replace")
+
+    def _launcher_pieces(self, kind: bytes, raw: bytes) -> list:
+        """A launcher.log line as shown: its redraws ("\r") split once its tag is read."""
+        parts = shown_parts(raw.decode("utf-8", "replace"), self.record, self.ranks)
+        if parts is None:
+            return []
+        label, text = parts
+        if kind == CUT or "\r" not in text:
+            return [(kind.decode(), "launcher", label + text)]
+        *redraws, last = text.split("\r")
+        key = "launcher/" + label.strip().replace(" ", "_")
+        return [("P", key, label + redraw) for redraw in redraws if redraw.strip()] + [("D", key, label + last)]
 
     def caught_up(self) -> bool:
         """Whether every node's reader has sent what its files held when it started."""
         return all(reader.caught_up for reader in self.readers)
 
     def read(self, final: bool) -> tuple[list, bool]:
-        """(the lines to show, whether more is waiting now)."""
-        found, more = self.launcher.lines(final)
-        shown_lines = [text for text in (shown(raw.decode("utf-8", "replace"), self.record, self.ranks)
-                                         for raw in found) if text is not None]
+        """([(kind, key, text)] to show, whether more is waiting now): the pieces of lines (see
+        Tail.pieces; kind as a str), `key` naming the file each comes from."""
+        found, more = self.launcher.pieces(final)
+        shown_pieces = [piece for kind, raw in found for piece in self._launcher_pieces(kind, raw)]
         for group, index, files in self.head_files:
-            lines, waiting = files.read(final)
-            shown_lines += [self._worker_line(group, index, local, line) for local, line in lines]
+            pieces, waiting = files.read(final)
+            shown_pieces += [self._worker_piece(group, index, *piece) for piece in pieces]
             more = more or waiting
-        while len(shown_lines) < 4096:
+        while len(shown_pieces) < 4096:
             try:
-                reader, local, line = self.queue.get_nowait()
+                reader, local, stream, kind, text = self.queue.get_nowait()
             except queue.Empty:
                 break
             if local is None:
                 self.readers = [other for other in self.readers if other is not reader]
-                if line:
-                    shown_lines.append(f"[{reader.name}] torchfleet: its worker logs could not "
-                                       f"be read from the head: {line}")
+                if text:
+                    shown_pieces.append(("L", "", f"[{reader.name}] torchfleet: its worker logs could not "
+                                                  f"be read from the head: {text}"))
             elif reader.wanted is None or local in reader.wanted:
-                shown_lines.append(self._worker_line(reader.group, reader.index, local, line))
-        return shown_lines, more or not self.queue.empty()
+                shown_pieces.append(self._worker_piece(reader.group, reader.index, local, stream, kind, text))
+        return shown_pieces, more or not self.queue.empty()
 
     def finish(self):
         """The run has ended: every node's rest, in batches of lines; a node's reader is given
@@ -621,7 +715,7 @@ class RunOutput:
 
 def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: float = 30,
            out=None, until_end: bool = True, tail: int | None = None) -> dict:
-    """Print the run's output as it is written (LINE-prefixed, see `RunOutput`) until the run has
+    """Print the run's output as it is written (LINE-prefixed and PIECES, see `RunOutput`) until the run has
     ended (or, not `until_end`, what there is now), then its record (END-prefixed, JSON);
     returns the record. `tail`: of what was written before, only the last `tail` lines."""
     out = out or sys.stdout
@@ -638,13 +732,13 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
     output, said = RunOutput(run_dir, record, ranks, from_start), None
     held = [collections.deque(maxlen=tail)] if tail else [None]  # until caught up: the last lines
 
-    def write(lines):
-        if held[0] is not None:
-            held[0].extend(lines)
+    def write(pieces):
+        if held[0] is not None:  # a drawing is not a line: none is held
+            held[0].extend(piece for piece in pieces if piece[0] != "R")
             return
-        for text in lines:
-            out.write(LINE + text + "\n")
-        if lines:
+        for kind, key, text in pieces:
+            out.write(LINE + text + "\n" if kind == "L" else f"{kind} {key} {text}\n")
+        if pieces:
             out.flush()
 
     def release():

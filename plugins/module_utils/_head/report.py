@@ -13,7 +13,7 @@ import re
 import signal
 from datetime import datetime, timezone
 
-from .probe import clipped, log_tail, read_end
+from .probe import clipped, last_lines, log_tail, read_end
 from .record import slot_owner, untagged
 
 STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop --all)"
@@ -242,7 +242,7 @@ def output_tail(paths, worker_files: bool) -> list[str]:
     found = []
     for path in sorted(glob.glob(os.path.join(paths["workers"], "*", "attempt_*", "*", "stdout.log")),
                        key=lambda path: int(os.path.basename(os.path.dirname(path)))):
-        found += tail(read_end(path, 256 * 1024))
+        found += clipped(last_lines(read_end(path, 256 * 1024), TAIL_LINES))
     return found[-TAIL_LINES:]
 
 

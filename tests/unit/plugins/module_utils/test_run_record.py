@@ -123,7 +123,7 @@ def test_follow_streams_lines_as_written_and_ends_with_the_record(tmp_path):
         handle.write("[1,0]<stdout>:[default0]:last, no newline")
     rr.write_state(str(run_dir), running_record(state="failed", rc=3))
     follower.join(timeout=10)
-    lines = out.getvalue().splitlines()
+    lines = _as_piped(out)
     assert lines[:2] == ["L first", "L last, no newline"]
     assert json.loads(lines[2][2:])["rc"] == 3 and len(lines) == 3
 
@@ -313,10 +313,20 @@ def test_follow_reads_a_large_log_in_chunks_and_delivers_every_line_once(tmp_pat
         handle.write(f"[1,0]<stdout>:[default0]:{long_line}\n[1,0]<stdout>:[default0]:the end, no newline")
     out = io.StringIO()
     rr.follow(str(run_dir), "0", out=out)
-    lines = out.getvalue().splitlines()
+    lines = _as_piped(out)
     assert lines[:60_000] == [f"L line {number:06d} {'x' * 60}" for number in range(60_000)]
     assert lines[60_000:60_002] == [f"L {long_line}", "L the end, no newline"]
     assert json.loads(lines[-1][2:])["state"] == "succeeded" and len(lines) == 60_003
+
+
+def _as_piped(out):
+    """The follower's output as the torchfleet command shows it in a pipe: "L <line>" for each
+    line (a redraw or a piece of a line a line of its own), then the "E <record>" line."""
+    shown = []
+    for raw in out.getvalue().splitlines():
+        if follow.deliver(raw, lambda text: shown.append("L " + text)) is not None:
+            shown.append(raw)
+    return shown
 
 
 def _worker_run(tmp_path, nodes=("n0",), ssh="ssh"):
@@ -352,10 +362,10 @@ def test_follow_reads_the_workers_own_files_on_the_head(tmp_path):
     rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0"], slots=[2]))
     out = io.StringIO()
     rr.follow(str(run_dir), "0", out=out)
-    assert out.getvalue().splitlines()[:-1] == ["L zero 1", "L zero 2", "L zero, no newline"]
+    assert _as_piped(out)[:-1] == ["L zero 1", "L zero 2", "L zero, no newline"]
     out = io.StringIO()
     rr.follow(str(run_dir), "all", out=out)
-    lines = out.getvalue().splitlines()[:-1]
+    lines = _as_piped(out)[:-1]
     assert sorted(lines) == sorted(["L [n0] W1123 torchrun says", "L [rank 0 n0] zero 1", "L [rank 0 n0] zero 2",
                                     "L [rank 0 n0] zero, no newline", "L [rank 1 n0] one 1",
                                     "L [rank 1 n0] one's traceback"])
@@ -377,7 +387,7 @@ def test_worker_lines_are_whole_and_once_while_written_in_pieces(tmp_path):
         handle.write(big + "\nlast, no newline")
     rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0"], slots=[2]))
     follower.join(timeout=30)
-    lines = out.getvalue().splitlines()
+    lines = _as_piped(out)
     assert lines[:-1] == [f"L [rank 1 n0] line {n:05d} end" for n in range(2000)] + \
         [f"L [rank 1 n0] {big}", "L [rank 1 n0] last, no newline"]
 
@@ -401,7 +411,7 @@ def test_the_other_nodes_files_come_through_their_reader(tmp_path):
     time.sleep(0.3)
     rr.write_state(str(run_dir), running_record(state="failed", rc=1, nodes=["n0", "n1", "n2"], slots=[2] * 3))
     follower.join(timeout=30)
-    lines = out.getvalue().splitlines()
+    lines = _as_piped(out)
     assert json.loads(lines[-1][2:])["state"] == "failed"
     assert sorted(lines[:-1]) == sorted([
         "L [rank 0 n0] head 0", "L [rank 2 n1] head 0",
@@ -436,7 +446,7 @@ def test_one_rank_one_node_and_the_last_lines(tmp_path):
     def lines(ranks, **kwargs):
         out = io.StringIO()
         rr.follow(str(run_dir), ranks, out=out, **kwargs)
-        return out.getvalue().splitlines()[:-1]
+        return _as_piped(out)[:-1]
     assert lines("rank:1") == [f"L one {n}" for n in range(5)]
     # n1 reads the same directory here, through its reader: rank 3 is its local rank 1.
     assert lines("rank:3") == [f"L one {n}" for n in range(5)]
@@ -471,7 +481,7 @@ def test_a_restarted_runs_attempts_are_read_each_with_its_own_nodes(tmp_path):
     rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0"], slots=[2],
                                                 attempts=[first, second], restarts=1))
     follower.join(timeout=30)
-    lines = out.getvalue().splitlines()[:-1]
+    lines = _as_piped(out)[:-1]
     # n1 reads the same first directory here: its worker 1 is rank 3.
     assert sorted(lines) == sorted(["L [rank 1 n0] first attempt", "L [rank 3 n1] first attempt",
                                     "L [rank 1 n0] second attempt"]), lines
