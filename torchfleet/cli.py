@@ -561,7 +561,9 @@ def _prune(args: argparse.Namespace, found: dict, runs: list) -> int:
             print(json.dumps({"pruned": [], "kept": {}, "rc": 0}, indent=1))
         return 0
     outcome = _adhoc(args, "torchfleet.cluster.torchrun_prune",
-                     json.dumps({"log_dir": found["log_dir"], "run_ids": chosen}), found["group"],
+                     json.dumps({"log_dir": found["log_dir"], "run_ids": chosen,
+                                 "run_dirs": {run["run_id"]: run["log_dir"] for run in runs
+                                              if run["run_id"] in chosen and run.get("log_dir")}}), found["group"],
                      ["--become", "--become-user", found["user"]])
     kept = {item["host"]: item["res"].get("kept", {}) for item in outcome.progress.results
             if item["res"].get("kept")}

@@ -592,7 +592,9 @@ def _torchrun_words(plan: Plan, nnodes: int, nproc: int, head: Node, node_rank: 
         words += ["--rdzv-backend=static", q(f"--rdzv-endpoint={_endpoint(head.address, plan.port)}"),
                   q(f"--rdzv-id={plan.run_id}")]
     if plan.node_log_dir:
-        words += [q(f"--log-dir={plan.node_log_dir}"), "--redirects=3"]
+        # A directory per node (record.node_workers): a log_dir on storage every node shares
+        # never mixes two nodes' files.
+        words += [f'--log-dir={q(plan.node_log_dir)}/node"{node_rank if nnodes > 1 else 0}"', "--redirects=3"]
         if plan.tee_workers:
             words.append("--tee=3")
     return words + [q(plan.script), '"$@"']

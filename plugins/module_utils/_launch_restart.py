@@ -19,6 +19,8 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record im
     RESULT,
     SupervisorPlan,
     read_state,
+    run_dir_of,
+    runs_index,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs, runs_listed
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import write_file
@@ -64,7 +66,7 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
         module.fail_json(msg=f"min_nodes is {min_nodes}, above run {plan.run_id}'s {nodes} nodes: give at "
                              f"most {nodes}, or 0 for the run's own ({plan.min_nodes})")
     # The ssh masters of the run's launch are long closed: every ssh connects by itself.
-    return dataclasses.replace(plan, first_attempt=len(attempts), min_nodes=min_nodes,
+    return dataclasses.replace(plan, first_attempt=len(attempts), min_nodes=min_nodes, node_dirs=True,
                                max_restarts=p["max_restarts"] or plan.max_restarts, control_dir=None,
                                launch_plan=dict(plan.launch_plan, ssh_control_path=None))
 
@@ -86,7 +88,7 @@ def run_restarted(module) -> None:
     p = module.params
     run_id = p["run_id"]
     log_dir = os.path.expanduser(p["log_dir"])
-    run_dir = os.path.join(log_dir, run_id)
+    run_dir = run_dir_of(log_dir, run_id, runs_index())
     result = {"changed": False, "run_id": run_id, "log_dir": run_dir, "state_file": os.path.join(run_dir, "state.json")}
     if not module.check_mode:
         # Taken before the record is read, and held until the new supervisor has taken the run:

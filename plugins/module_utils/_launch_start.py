@@ -36,7 +36,9 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record im
     RunRecord,
     RunState,
     SupervisorPlan,
+    index_run,
     read_state,
+    runs_index,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
     RESERVED_ENV,
@@ -227,6 +229,7 @@ def prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result):
         os.makedirs(p["log_dir"], mode=0o750, exist_ok=True)
         os.mkdir(run_dir, 0o750)
         os.chmod(run_dir, 0o750)  # mkdir's mode is cut by the umask
+        index_run(runs_index(), plan.run_id, run_dir)
         with open(os.open(plan.hostfile_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640),
                   "w") as handle:
             handle.write(rendered.hostfile)
@@ -360,7 +363,7 @@ def start_run(module, control_dir):
         max_restarts=p["max_restarts"], min_nodes=p["min_nodes"] or len(plan.nodes),
         restart_wait=p["restart_wait"], final_exit_codes=list(p["final_exit_codes"]),
         launch_plan=plan_to_dict(plan),  # what a restart renders again
-        batch=batch,
+        batch=batch, node_dirs=True,
     )
     if _caller_gone():
         # Interrupted before the run started (Ctrl-C of torchfleet launch, whose stop waits for

@@ -9,7 +9,7 @@ import shutil
 import time
 
 from ._head.probe import find_run_processes
-from ._head.record import ENDED, read_state
+from ._head.record import ENDED, read_state, unindex_run
 
 
 def prunable(records, keep: int | None = None, older_than_days: float | None = None,
@@ -34,14 +34,29 @@ def bad_run_id(run_id: str) -> bool:
     return not run_id or "/" in run_id or run_id in (".", "..") or run_id.startswith(".")
 
 
-def prune_here(log_dir: str, run_ids, check_mode: bool = False) -> tuple[list, dict]:
-    """(the run directories removed under `log_dir` on this node, {run id: why kept}). A run
-    whose record here does not say it ended, or with a process alive here, is kept."""
+def _gone_meanwhile(_function, _path, error) -> None:
+    """rmtree's errors: a file another node's prune removed first (a log_dir every node shares)
+    is no error; any other is."""
+    if not isinstance(error[1], FileNotFoundError):
+        raise error[1]
+
+
+def prune_here(log_dir: str, run_ids, check_mode: bool = False, run_dirs=None,
+               index: str | None = None) -> tuple[list, dict]:
+    """(the run directories removed on this node, {run id: why kept}): each under `log_dir`, or
+    where `run_dirs` ({run id: its directory}) says for a run with a log_dir of its own. A run
+    whose record here does not say it ended, or with a process alive here, is kept. Its link in
+    the account's `index` of runs (record.runs_index) goes with it."""
     alive = {proc["run_id"] for proc in find_run_processes(set(run_ids))}
     removed, kept = [], {}
     for run_id in run_ids:
-        path = os.path.join(log_dir, run_id)
+        path = (run_dirs or {}).get(run_id) or os.path.join(log_dir, run_id)
+        if os.path.basename(os.path.normpath(path)) != run_id:
+            kept[run_id] = f"its directory {path} is not named for the run: left alone"
+            continue
         if not os.path.isdir(path):
+            if index and not check_mode:
+                unindex_run(index, run_id)
             continue
         record = read_state(path)
         if record is not None and record.get("state") not in ENDED:
@@ -50,6 +65,8 @@ def prune_here(log_dir: str, run_ids, check_mode: bool = False) -> tuple[list, d
             kept[run_id] = "a process of it is alive on this node: stop it first"
         else:
             if not check_mode:
-                shutil.rmtree(path)
+                shutil.rmtree(path, onerror=_gone_meanwhile)
+                if index:
+                    unindex_run(index, run_id)
             removed.append(run_id)
     return removed, kept

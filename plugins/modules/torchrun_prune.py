@@ -27,6 +27,13 @@ options:
     type: list
     elements: str
     required: true
+  run_dirs:
+    description:
+      - The directory of each run of O(run_ids) that is not under O(log_dir) (a run launched
+        with a log_dir of its own), by run id, as its record names it (C(torchfleet runs --json)'s
+        C(log_dir)). Its last path component must be the run id.
+    type: dict
+    default: {}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -64,7 +71,10 @@ kept:
   type: dict
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import runs_index
 from ansible_collections.torchfleet.cluster.plugins.module_utils._run_prune import bad_run_id, prune_here
 
 
@@ -73,6 +83,7 @@ def main():
         argument_spec={
             "log_dir": {"type": "path", "default": "~/torchfleet/runs"},
             "run_ids": {"type": "list", "elements": "str", "required": True},
+            "run_dirs": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -80,7 +91,9 @@ def main():
     if bad:
         module.fail_json(msg=f"run_ids {bad!r}: not run ids (a run's directory name under log_dir, "
                              f"as torchfleet runs lists them); remove them from the list")
-    removed, kept = prune_here(module.params["log_dir"], module.params["run_ids"], module.check_mode)
+    removed, kept = prune_here(module.params["log_dir"], module.params["run_ids"], module.check_mode,
+                               {key: os.path.expanduser(str(value)) for key, value in module.params["run_dirs"].items()},
+                               runs_index())
     module.exit_json(changed=bool(removed), removed=removed, kept=kept)
 
 

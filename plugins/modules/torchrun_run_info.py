@@ -12,7 +12,9 @@ short_description: The runs of the cluster, from their records on the head
 version_added: "1.0.0"
 description:
   - Reads the record (C(state.json)) that each run's supervisor keeps in the run's directory on
-    the head, under O(log_dir), and returns them newest first. Changes nothing.
+    the head, under O(log_dir), and those of runs launched with a log_dir of their own, which
+    the account's index of runs on the head (C(~/.local/state/torchfleet/runs), a link per run)
+    names; returns them newest first. Changes nothing.
   - A record that says V(running) while its supervisor is gone (killed, out of memory, the head
     rebooted) is returned as V(lost), never as V(running).
   - Directories of runs without a record (started before runs had supervisors) are left out.
@@ -161,7 +163,7 @@ runs:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import list_runs
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import list_runs, runs_index
 
 
 def main():
@@ -176,7 +178,7 @@ def main():
     if run_id is not None and (not run_id or "/" in run_id or run_id in (".", "..")):
         module.fail_json(msg=f"run_id {run_id!r} is not a run id (tf-YYYYMMDD-HHMMSS-xxxxxx or "
                              f"the one given at launch); leave it out to list every run")
-    module.exit_json(changed=False, runs=list_runs(module.params["log_dir"], run_id), now=time.time())
+    module.exit_json(changed=False, runs=list_runs(module.params["log_dir"], run_id, runs_index()), now=time.time())
 
 
 if __name__ == "__main__":

@@ -119,3 +119,43 @@ def test_a_line_of_64_mib_arrives_whole_in_pieces_with_the_followers_memory_boun
     # Its bound: the cap of an open line (4 MiB) and a chunk read (1 MiB), held a few times over
     # while a piece is cut and written, beside the interpreter: far below the line's 64 MiB.
     assert peak < 40 * 1024, peak
+
+
+# Two workers a node: rank 2 (node1's first) fails with words of its own; the others wait to be ended.
+FAILS_ON_NODE1 = """
+import os, sys, time
+rank = int(os.environ["RANK"])
+print(f"RANK {rank} says hello", flush=True)
+if rank == 2:
+    time.sleep(2)
+    print("rank 2 fails on purpose", file=sys.stderr, flush=True)
+    sys.exit(3)
+time.sleep(120)
+"""
+
+
+def test_a_run_on_shared_storage_is_found_without_its_log_dir_and_each_nodes_logs_are_its_own(cluster, tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(FAILS_ON_NODE1)
+    shared = f"/shared/tfruns-{os.getpid()}"  # every node mounts /shared: one directory for all
+    started = torchfleet(cluster, "launch", str(script), "-e", "nproc_per_node=2", "-e", f"log_dir={shared}",
+                         "--detach")
+    assert started.returncode == 0, started.stderr[-3000:]
+    run_id = started.stdout.split()[1]
+    # wait, runs and logs find it with no -e log_dir.
+    waited = torchfleet(cluster, "wait", run_id)
+    assert waited.returncode == 3, waited.stderr[-3000:]
+    listed = torchfleet(cluster, "runs", "--json")
+    found = {item["run_id"]: item for item in json.loads(listed.stdout)}[run_id]
+    assert found["log_dir"] == f"{shared}/{run_id}" and found["failed_host"] == NODES[1], found
+    # The failure's tail is node1's rank 2's own text, read from node1's own directory.
+    assert found["failed_rank"] == 2 and f"{shared}/{run_id}/workers/node1/" in found["failed_log"], found
+    assert "rank 2 fails on purpose" in waited.stderr, waited.stderr[-3000:]
+    layout = run(["docker", "exec", HEAD, "ls", f"{shared}/{run_id}/workers"], timeout=60).stdout.split()
+    assert layout == ["node0", "node1", "node2"], layout
+    for index, node in enumerate(NODES):
+        logs = torchfleet(cluster, "logs", run_id, "--node", node)
+        assert logs.returncode == 0, logs.stderr[-3000:]
+        hellos = [line for line in logs.stdout.splitlines() if "says hello" in line]
+        ranks = (2 * index, 2 * index + 1)
+        assert sorted(hellos) == [f"[rank {rank} {node}] RANK {rank} says hello" for rank in ranks], logs.stdout

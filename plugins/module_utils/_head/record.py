@@ -190,6 +190,7 @@ class SupervisorPlan:
     # here, after those its record lists; 0 for a new run.
     first_attempt: int = 0
     package: str | None = None  # the head package installed for this run's version (its record.py)
+    node_dirs: bool = False  # each node's torchrun logs under paths.workers/node<rank> (node_workers)
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:
@@ -289,20 +290,64 @@ def read_state(run_dir: str) -> dict | None:
     return record
 
 
-def list_runs(log_dir: str, run_id: str | None = None) -> list[dict]:
-    """The records under `log_dir`, newest first (run ids sort by their start); only `run_id`'s
-    if given. Directories without a record (runs from before records) are left out."""
+# The index of an account's runs on the head: a link per run to its directory, wherever its
+# log_dir put it (shared storage, a scratch disk), so that every command finds every run.
+RUNS_INDEX = "~/.local/state/torchfleet/runs"
+
+
+def runs_index() -> str:
+    return os.path.expanduser(RUNS_INDEX)
+
+
+def index_run(index: str, run_id: str, run_dir: str) -> None:
+    """Add the run to the account's index (made 0700 if missing); replaces a stale link."""
+    os.makedirs(index, mode=0o700, exist_ok=True)
+    partial = os.path.join(index, f".{run_id}.{os.getpid()}")
+    os.symlink(os.path.abspath(run_dir), partial)
+    os.replace(partial, os.path.join(index, run_id))
+
+
+def unindex_run(index: str, run_id: str) -> None:
     try:
-        names = [run_id] if run_id else os.listdir(log_dir)
+        os.unlink(os.path.join(index, run_id))
     except OSError:
-        return []
-    records = [read_state(os.path.join(log_dir, name)) for name in names]
+        pass
+
+
+def run_dir_of(log_dir: str, run_id: str, index: str | None = None) -> str:
+    """The run's directory: under `log_dir`, else where the index points (a run with a log_dir
+    of its own); `log_dir/run_id` when neither holds its record."""
+    here = os.path.join(log_dir, run_id)
+    if index and not os.path.exists(os.path.join(here, STATE_FILE)):
+        try:
+            target = os.readlink(os.path.join(index, run_id))
+        except OSError:
+            return here
+        if os.path.exists(os.path.join(target, STATE_FILE)):
+            return target
+    return here
+
+
+def list_runs(log_dir: str, run_id: str | None = None, index: str | None = None) -> list[dict]:
+    """The records under `log_dir`, and those the account's `index` names elsewhere, newest
+    first (run ids sort by their start); only `run_id`'s if given. Directories without a record
+    (runs from before records) are left out."""
+    if run_id:
+        names = [run_id]
+    else:
+        names = set()
+        for where in (log_dir, index):
+            try:
+                names.update(name for name in os.listdir(where) if not name.startswith(".")) if where else None
+            except OSError:
+                pass
+    records = [read_state(run_dir_of(log_dir, name, index)) for name in sorted(names)]
     found = [record for record in records if record]
     return sorted(found, key=lambda record: (record.get("started_at", 0), record["run_id"]), reverse=True)
 
 
-def newest_run(log_dir: str) -> str | None:
-    found = list_runs(log_dir)
+def newest_run(log_dir: str, index: str | None = None) -> str | None:
+    found = list_runs(log_dir, index=index)
     return found[0]["run_id"] if found else None
 
 
@@ -379,6 +424,12 @@ def shown(line: str, record: dict, ranks: str) -> str | None:
     """A launcher.log line as a follower prints it (see shown_parts), None for nothing."""
     parts = shown_parts(line, record, ranks)
     return None if parts is None else parts[0] + parts[1]
+
+
+def node_workers(workers: str, index: int) -> str:
+    """The torchrun log directory of the attempt's node `index` (its node rank): each node has
+    its own, so that a log_dir every node shares never mixes their files."""
+    return os.path.join(workers, f"node{index}")
 
 
 # torchrun's --log-dir on each node: DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/std*.log.
@@ -546,7 +597,10 @@ class NodeReader:
         self.heard, self.caught_up = time.monotonic(), False
         # As the training account (the run directory's owner), whose key and known_hosts reach
         # the nodes, also where root follows the run.
-        owner = os.stat(directory if os.path.isdir(directory) else os.path.dirname(directory))
+        mine = directory
+        while not os.path.isdir(mine) and os.path.dirname(mine) != mine:  # another node's: not here
+            mine = os.path.dirname(mine)
+        owner = os.stat(mine)
         account = {"user": owner.st_uid, "group": owner.st_gid, "extra_groups": []} \
             if os.geteuid() == 0 and owner.st_uid != 0 else {}
         self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
@@ -638,14 +692,16 @@ class RunOutput:
             rank = int(self.ranks.partition(":")[2] or self.ranks)
             wanted = {rank // nproc: {rank % nproc}} if rank < nproc * len(group) else {}
         for index, locals_ in wanted.items():
+            # Runs of an older torchfleet: every node's files straight under the directory.
+            own = node_workers(directory, index) if self.plan.get("node_dirs") else directory
             if group[index] == self.plan["head"]:
-                self.head_files.append((group, index, WorkerFiles(directory, locals_, from_start)))
+                self.head_files.append((group, index, WorkerFiles(own, locals_, from_start)))
                 continue
             if self.source is None:  # this file, from the head package the run started from
                 package = self.plan.get("package") or os.path.join(self.run_dir, "supervisor", "_head")
                 with open(os.path.join(package, "record.py"), encoding="utf-8") as handle:
                     self.source = handle.read()
-            reader = NodeReader(index, by_name[group[index]], self.plan, self.source, directory, from_start,
+            reader = NodeReader(index, by_name[group[index]], self.plan, self.source, own, from_start,
                                 self.queue, group)
             reader.wanted = locals_
             self.readers.append(reader)
@@ -781,13 +837,18 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in ("follow", "print"):
         sys.stderr.write("usage: follow|print RUN_DIR|LOG_DIR [0|all|none|rank:N|node:HOST] [start|now] [TAIL]\n")
         return 2
-    where = os.path.expanduser(argv[1])
+    where, index = os.path.expanduser(argv[1]), runs_index()
     if not os.path.exists(os.path.join(where, STATE_FILE)):
-        run_id = newest_run(where)
-        if run_id is None:
+        # LOG_DIR/RUN_ID of a run with a log_dir of its own: the index knows where it is.
+        indexed = run_dir_of(os.path.dirname(where), os.path.basename(where), index)
+        run_id = None if indexed != where else newest_run(where, index)
+        if indexed != where:
+            where = indexed
+        elif run_id is None:
             sys.stdout.write(END + json.dumps({"state": "unknown", "msg": f"no run under {where}"}) + "\n")
             return 0
-        where = os.path.join(where, run_id)
+        else:
+            where = run_dir_of(where, run_id, index)
     ranks = argv[2] if len(argv) > 2 else "0"
     from_start = (argv[3] if len(argv) > 3 else "start") == "start"
     tail = int(argv[4]) if len(argv) > 4 else None

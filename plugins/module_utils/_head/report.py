@@ -14,7 +14,7 @@ import signal
 from datetime import datetime, timezone
 
 from .probe import clipped, last_lines, log_tail, read_end
-from .record import slot_owner, untagged
+from .record import node_workers, slot_owner, untagged
 
 STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop --all)"
 TAIL_LINES = 20
@@ -240,7 +240,7 @@ def output_tail(paths, worker_files: bool) -> list[str]:
     if not worker_files:
         return read_tail(paths["launcher"])
     found = []
-    for path in sorted(glob.glob(os.path.join(paths["workers"], "*", "attempt_*", "*", "stdout.log")),
+    for path in sorted(glob.glob(os.path.join(node_workers(paths["workers"], 0), "*", "attempt_*", "*", "stdout.log")),
                        key=lambda path: int(os.path.basename(os.path.dirname(path)))):
         found += clipped(last_lines(read_end(path, 256 * 1024), TAIL_LINES))
     return found[-TAIL_LINES:]
@@ -251,7 +251,7 @@ def rank0_tail(mode: str, paths) -> list[str]:
     if mode == "rank":
         pattern = os.path.join(paths["ranks"], "*", "rank.0", "stdout")
     else:
-        pattern = os.path.join(paths["workers"], "*", "attempt_*", "0", "stdout.log")
+        pattern = os.path.join(node_workers(paths["workers"], 0), "*", "attempt_*", "0", "stdout.log")
     return untagged(log_tail(pattern, TAIL_LINES)["lines"])
 
 
@@ -273,9 +273,11 @@ def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dic
         host = order[0].name if len(order) == 1 else failure["host"]
         # Every node runs nproc workers, node ranks in hostfile order: the inventory name follows
         # from the global rank, where torchrun only knows the host's own name for itself.
+        index = next((i for i, node in enumerate(order) if node.name == host), 0)
         if nproc and failure["rank"] is not None and 0 <= failure["rank"] // nproc < len(order):
-            host = order[failure["rank"] // nproc].name
-        pattern = f"{paths['workers']}/*/attempt_*/{failure['local_rank']}/stderr.log"
+            index = failure["rank"] // nproc
+            host = order[index].name
+        pattern = f"{node_workers(paths['workers'], index)}/*/attempt_*/{failure['local_rank']}/stderr.log"
     else:
         hydra = parse_hydra_failure(text) if mode == "mpich" else None
         if hydra:

@@ -326,14 +326,16 @@ def test_mpich_mode_has_no_tree_spawn_option():
 @pytest.mark.parametrize("mode", ["torchrun", "mpich"])
 def test_node_log_dir_keeps_worker_logs_and_tees_to_the_launcher(mode):
     script = shell_tail(render(make_plan(mode=mode, node_log_dir="/runs/r 1/workers")).argv)[2]
-    assert " '--log-dir=/runs/r 1/workers' --redirects=3 --tee=3 /opt/tf/train.py \"$@\"" in script
+    # A directory per node: the node's rank, which the launcher gives it.
+    assert " --log-dir='/runs/r 1/workers'/node\"${" in script
+    assert "}\" --redirects=3 --tee=3 /opt/tf/train.py \"$@\"" in script
     assert "--log-dir" not in shell_tail(render(make_plan(mode=mode)).argv)[2]
 
 
 def test_node_log_dir_on_one_node_too():
     rendered = render(make_plan(nodes=(node(1),), node_log_dir="/runs/w"))
     assert shell_tail(rendered.argv)[2] == (
-        "exec torchrun --standalone --nnodes=1 --nproc-per-node=2 --log-dir=/runs/w "
+        'exec torchrun --standalone --nnodes=1 --nproc-per-node=2 --log-dir=/runs/w/node"0" '
         '--redirects=3 --tee=3 /opt/tf/train.py "$@"')
 
 

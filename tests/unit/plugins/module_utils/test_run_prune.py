@@ -73,3 +73,28 @@ def test_a_node_removes_ended_runs_and_keeps_live_ones(tmp_path):
 @pytest.mark.parametrize("run_id", ["", "..", "a/b", ".hidden"])
 def test_what_is_not_a_run_id(run_id):
     assert prune.bad_run_id(run_id)
+
+
+def test_a_run_with_a_log_dir_of_its_own_is_pruned_where_it_is_and_leaves_the_index(tmp_path):
+    index, elsewhere = tmp_path / "index", tmp_path / "shared"
+    run_dir = _run_dir(elsewhere, "own", "failed")
+    rr.index_run(str(index), "own", str(run_dir))
+    removed, kept = prune.prune_here(str(tmp_path / "runs"), ["own"], run_dirs={"own": str(run_dir)}, index=str(index))
+    assert removed == ["own"] and not run_dir.exists() and not os.path.lexists(index / "own") and kept == {}
+    # A directory not named for the run is never removed for it.
+    other = _run_dir(elsewhere, "other", "failed")
+    removed, kept = prune.prune_here(str(tmp_path / "runs"), ["x"], run_dirs={"x": str(other)})
+    assert removed == [] and other.is_dir() and "not named for the run" in kept["x"]
+
+
+def test_a_run_directory_another_node_removed_first_is_no_error(tmp_path, monkeypatch):
+    run_dir = _run_dir(tmp_path, "shared", "succeeded")
+    (run_dir / "workers" / "node1").mkdir(parents=True)
+    real_unlink = os.unlink
+
+    def raced(path, *args, **kwargs):  # another node's prune of the same shared directory got there first
+        real_unlink(path, *args, **kwargs)
+        raise FileNotFoundError(path)
+    monkeypatch.setattr(os, "unlink", raced)
+    assert prune.prune_here(str(tmp_path), ["shared"])[0] == ["shared"]
+    assert not run_dir.exists()

@@ -424,7 +424,7 @@ def test_the_other_nodes_files_come_through_their_reader(tmp_path):
 def test_a_huge_line_is_clipped_where_a_record_quotes_it(tmp_path):
     from ansible_collections.torchfleet.cluster.plugins.module_utils._head import report
     workers = tmp_path / "workers"
-    log = _worker_file(workers, 0)
+    log = _worker_file(workers / "node0", 0)  # the head's own directory
     log.write_text("before\n" + "y" * 2**20 + "\nafter")
     paths = {"workers": str(workers), "launcher": str(tmp_path / "launcher.log")}
     quoted = report.output_tail(paths, worker_files=True)

@@ -233,7 +233,7 @@ def test_empty_rank_log_falls_back_to_the_launcher_log(tmp_path):
 
 
 def test_torchrun_failure_reads_the_worker_log(tmp_path):
-    worker = tmp_path / "workers" / "ed36-rdzv_v0rb" / "attempt_0" / "1"
+    worker = tmp_path / "workers" / "node0" / "ed36-rdzv_v0rb" / "attempt_0" / "1"
     worker.mkdir(parents=True)
     (worker / "stderr.log").write_text("rank failing\n")
     nodes = [Node("here", "10.0.0.1", 2)]
@@ -257,7 +257,7 @@ def test_a_failing_rank_on_another_node_is_quoted_from_its_own_log(tmp_path):
             "[1,2]<stderr>:ModuleNotFoundError: No module named 'sympy'"]
     nodes = [Node("n0", "10.0.0.1", 1), Node("n1", "10.0.0.2", 1), Node("n2", "10.0.0.3", 1)]
     failure = report.describe_failure(text, nodes, "torchrun", _paths(tmp_path), nproc=1, read_log=read_log)
-    assert asked == [("n2", f"{tmp_path}/workers/*/attempt_*/0/stderr.log")]
+    assert asked == [("n2", f"{tmp_path}/workers/node2/*/attempt_*/0/stderr.log")]
     assert failure == {"failed_rank": 2, "failed_host": "n2", "failed_exit_code": 3,
                        "failed_log": "/runs/r/workers/r_x/attempt_0/0/stderr.log",
                        "failed_log_tail": ["ModuleNotFoundError: No module named 'sympy'"]}

@@ -2,6 +2,7 @@
 any length, in pieces, with the memory a reader holds bounded (real files of this machine)."""
 
 import io
+import os
 import json
 import threading
 import time
@@ -134,3 +135,26 @@ def test_the_last_lines_of_a_log_keep_a_bars_last_state_only():
     text = "start\n\r 10%\r 50%\r100%\nend\r\n"
     assert last_lines(text, 20) == ["start", "100%", "end"]
     assert last_lines("a\nb\nc", 2) == ["b", "c"]
+
+
+def _record(run_dir, run_id, started_at):
+    run_dir.mkdir(parents=True)
+    rr.write_state(str(run_dir), {"run_id": run_id, "state": "succeeded", "started_at": started_at})
+
+
+def test_a_run_with_a_log_dir_of_its_own_is_found_through_the_index(tmp_path):
+    runs, index = tmp_path / "runs", tmp_path / "index"
+    _record(runs / "tf-a", "tf-a", 1.0)
+    _record(tmp_path / "shared" / "tf-b", "tf-b", 2.0)
+    rr.index_run(str(index), "tf-a", str(runs / "tf-a"))
+    rr.index_run(str(index), "tf-b", str(tmp_path / "shared" / "tf-b"))
+    rr.index_run(str(index), "tf-gone", str(tmp_path / "removed" / "tf-gone"))  # its directory removed by hand
+    assert [r["run_id"] for r in rr.list_runs(str(runs), index=str(index))] == ["tf-b", "tf-a"]
+    assert [r["run_id"] for r in rr.list_runs(str(runs))] == ["tf-a"]  # without the index: log_dir alone
+    assert rr.run_dir_of(str(runs), "tf-b", str(index)) == str(tmp_path / "shared" / "tf-b")
+    assert rr.run_dir_of(str(runs), "tf-a", str(index)) == str(runs / "tf-a")
+    assert rr.run_dir_of(str(runs), "tf-gone", str(index)) == str(runs / "tf-gone")
+    assert rr.list_runs(str(runs), "tf-b", str(index))[0]["run_id"] == "tf-b"
+    # Indexed again (a restart's directory): the link is replaced, never doubled.
+    rr.index_run(str(index), "tf-b", str(tmp_path / "shared" / "tf-b"))
+    assert sorted(os.listdir(index)) == ["tf-a", "tf-b", "tf-gone"]
