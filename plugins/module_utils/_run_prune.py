@@ -50,7 +50,7 @@ def prune_here(log_dir: str, run_ids, check_mode: bool = False, run_dirs=None,
     alive = {proc["run_id"] for proc in find_run_processes(set(run_ids))}
     removed, kept = [], {}
     for run_id in run_ids:
-        path = (run_dirs or {}).get(run_id) or os.path.join(log_dir, run_id)
+        path = os.path.expanduser(str((run_dirs or {}).get(run_id) or os.path.join(log_dir, run_id)))
         if os.path.basename(os.path.normpath(path)) != run_id:
             kept[run_id] = f"its directory {path} is not named for the run: left alone"
             continue

@@ -71,8 +71,6 @@ kept:
   type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import runs_index
 from ansible_collections.torchfleet.cluster.plugins.module_utils._run_prune import bad_run_id, prune_here
@@ -92,8 +90,7 @@ def main():
         module.fail_json(msg=f"run_ids {bad!r}: not run ids (a run's directory name under log_dir, "
                              f"as torchfleet runs lists them); remove them from the list")
     removed, kept = prune_here(module.params["log_dir"], module.params["run_ids"], module.check_mode,
-                               {key: os.path.expanduser(str(value)) for key, value in module.params["run_dirs"].items()},
-                               runs_index())
+                               module.params["run_dirs"], runs_index())
     module.exit_json(changed=bool(removed), removed=removed, kept=kept)
 
 

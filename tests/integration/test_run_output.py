@@ -19,7 +19,9 @@ import time
 import pytest
 
 from ready_cluster import NODES, REPO, run
-from test_run_lifecycle import LIMIT, RUNS, nothing_left, torchfleet, torchfleet_argv  # noqa: F401 (fixture)
+from test_run_lifecycle import LIMIT, RUNS, torchfleet, torchfleet_argv
+# An autouse fixture: every test here leaves no run alive on any node.
+from test_run_lifecycle import nothing_left  # noqa: F401 pylint: disable=unused-import
 
 pytestmark = pytest.mark.cluster
 HEAD = NODES[0]

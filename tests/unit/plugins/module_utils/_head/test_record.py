@@ -93,8 +93,8 @@ def test_a_launchers_tagged_line_keeps_its_tag_on_every_redraw(tmp_path):
     rr.write_state(str(run_dir), record)
     out = io.StringIO()
     rr.follow(str(run_dir), "all", out=out)
-    assert out.getvalue().splitlines()[:-1] == ["P launcher/[rank_1_n1] [rank 1 n1]  1/2",
-                                               "D launcher/[rank_1_n1] [rank 1 n1]  2/2"]
+    assert out.getvalue().splitlines()[:-1] == [
+        "P launcher/[rank_1_n1] [rank 1 n1]  1/2", "D launcher/[rank_1_n1] [rank 1 n1]  2/2"]
 
 
 def test_the_follower_passes_a_workers_bar_live_and_every_redraw_in_order(tmp_path):
@@ -112,15 +112,15 @@ def test_the_follower_passes_a_workers_bar_live_and_every_redraw_in_order(tmp_pa
     follower = threading.Thread(target=rr.follow, args=(str(run_dir), "0", True), kwargs={"out": out})
     follower.start()
     seen = []
-    with open(log, "w") as bar:
+    with open(log, "w") as progress:
         for step in range(4):
-            bar.write(f"\rprogress {step}/3")
-            bar.flush()
+            progress.write(f"\rprogress {step}/3")
+            progress.flush()
             deadline = time.monotonic() + 5
             while f"progress {step}/3" not in out.getvalue() and time.monotonic() < deadline:
                 time.sleep(0.01)
             seen.append(f"R n0/0e progress {step}/3" in out.getvalue().splitlines())
-        bar.write("\n")
+        progress.write("\n")
     rr.write_state(str(run_dir), dict(running, state="succeeded", rc=0))
     follower.join(timeout=30)
     assert seen == [True] * 4  # each state of the bar while it was open
