@@ -80,7 +80,7 @@ class Follower:
         return usage.ru_maxrss
 
 
-def bar(source: str) -> dict:
+def progress_bar(source: str) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         run_dir, workers = _run_dir(Path(scratch), source)
         _record(run_dir, "running")
@@ -115,7 +115,7 @@ def huge(source: str) -> dict:
         follower = Follower(Path(scratch) / "package", run_dir)
         piece = b"y" * (1 << 20)
         with open(workers / "stdout.log", "wb") as log:
-            for _ in range(64):
+            for _piece in range(64):
                 log.write(piece)
                 log.flush()
             log.write(b"\n")
@@ -137,7 +137,7 @@ def main() -> int:
     sources = {"this": (REPO / RECORD).read_text(),
                args.against: subprocess.run(["git", "show", f"{args.against}:{RECORD}"], cwd=REPO, check=True,
                                             capture_output=True, text=True).stdout}
-    found = {name: {"bar": bar(source), "huge": huge(source)} for name, source in sources.items()}
+    found = {name: {"bar": progress_bar(source), "huge": huge(source)} for name, source in sources.items()}
     result = {"commit": commit(), "against": args.against, "results": found}
     out = REPO / "bench" / "results" / "follower_pieces.json"
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -272,6 +272,8 @@ def main():
             save_checkpoint(args.checkpoint, {"epoch": epoch + 1, "model": model.state_dict(),
                                               "optimizer": optimizer.state_dict(), "losses": losses,
                                               "world_size": world_size})
+            # torchfleet's one line: the checkpoint is complete, a run may grow to a node back now.
+            print(f"TORCHFLEET_CHECKPOINT epoch={epoch + 1}", flush=True)
         dist.barrier()  # the checkpoint is complete before anyone moves on
 
     if rank == 0:

@@ -367,6 +367,7 @@ def main():
                            "strategy": args.strategy, "shape": {k: getattr(args, k) for k in SHAPE_KEYS}}
             save_checkpoint(args.checkpoint_dir, epoch + 1, model, optimizer, train_state, rank)
             log(f"saved checkpoint {args.checkpoint_dir}/epoch-{epoch + 1} in {time.perf_counter() - t0:.2f}s")
+            log(f"TORCHFLEET_CHECKPOINT epoch={epoch + 1}")  # complete: a run may grow to a node back now
 
     if rank == 0:
         result = {"world_size": world_size, "epochs": args.epochs, "losses": losses,

@@ -212,7 +212,9 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
     try:
         outcome = _playbook(args, "launch", ctrl_c=ctrl_c, run_id=run_id, detach=True,
                             **{key: value for key, value in (("max_restarts", args.max_restarts),
-                                                             ("min_nodes", args.min_nodes)) if value is not None},
+                                                             ("min_nodes", args.min_nodes),
+                                                             ("spare_nodes", getattr(args, "spare_nodes", None)))
+                               if value is not None},
                             **launch_vars)
         if ctrl_c.heard:  # the playbook was ended; the head refuses to start what it had not
             raise KeyboardInterrupt
@@ -706,6 +708,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "on the nodes that answer; the script resumes from its checkpoint")
             p.add_argument("--min-nodes", type=int, metavar="M",
                            help="with --max-restarts: the fewest nodes an attempt may use (default: all)")
+            p.add_argument("--spare-nodes", type=int, metavar="N",
+                           help="with --max-restarts: keep the group's last N nodes out of the world, "
+                                "ready to replace a lost node so the world size does not change")
             p.add_argument("--scheduler", choices=["none", "slurm"],
                            help="slurm: submit the run as a Slurm batch job with sbatch on the head "
                                 "(-e slurm_partition=, slurm_account=, slurm_time_limit=); default: "

@@ -197,9 +197,14 @@ def end_report(record: dict, head: str) -> tuple[list[str], list[str]]:
                f"{record.get('world_size', '?')}, {known('duration')} s, {record.get('state')}, "
                f"logs in {record.get('log_dir', '?')} on {head}")
     err = []
-    for attempt in (record.get("attempts") or [])[:-1]:  # why each attempt before the last ended
+    tried = record.get("attempts") or []
+    for attempt, after in zip(tried, tried[1:]):  # why each attempt before the last ended, and who came in
+        swap = ", ".join([f"{name} in" for name in after.get("joined") or []]
+                         + [f"{name} out" for name in after.get("left") or []])
         err.append(f"torchfleet: attempt {attempt['attempt']} on {', '.join(attempt['nodes'])} ended "
-                   f"{attempt.get('ended')}: {attempt.get('cause')}; restarted")
+                   f"{attempt.get('ended')}: {attempt.get('cause')}; restarted{' (' + swap + ')' if swap else ''}")
+    for name, why in (record.get("not_taken_back") or {}).items():
+        err.append(f"torchfleet: {name} came back but was not taken back: {why}")
     if record.get("state") not in ("succeeded",):
         err.append(f"torchfleet: {record.get('msg', 'the run did not succeed')}")
         if record.get("failed_log_tail"):

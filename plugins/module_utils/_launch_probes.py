@@ -6,11 +6,11 @@ ssh (the head package's probe and fan-out)."""
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import socket
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import nodes_without_ranks, probe_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.node_checks import interface_change
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import port_holders, port_in_use
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs, runs_listed
 
@@ -32,30 +32,6 @@ def holds_address(address: str) -> bool:
     return False
 
 
-def interface_change(node, interfaces) -> str | None:
-    """How `node`'s cluster interface differs from what setup recorded (its interface holding its
-    address), from the node's {interface: [IPv4 addresses]}; None where it is as recorded, or the
-    node could not tell. A renamed NIC (a reboot, a driver update) would leave mpirun waiting for
-    a daemon that cannot call back, and Gloo and NCCL binding an interface the node lacks."""
-    if not node.interface or interfaces is None:
-        return None
-    try:
-        ipv4 = ipaddress.ip_address(node.address).version == 4
-    except ValueError:  # a name: only the interface can be checked
-        ipv4 = False
-    has = interfaces.get(node.interface)
-    if has is not None and (not ipv4 or node.address in has):
-        return None
-    if has is None:
-        now = f"has no interface {node.interface}"
-    else:
-        now = f"has {node.interface} with {', '.join(has) or 'no IPv4 address'}"
-    holder = [name for name, addresses in interfaces.items() if ipv4 and node.address in addresses]
-    if holder:
-        now += f", and {node.address} on {holder[0]}"
-    return f"{node.name}: setup recorded {node.interface} with {node.address}; the node now {now}"
-
-
 def head_preflight(module, plan, run_dir, head):
     """Refuse what would stop the run on the head: a missing address, a taken rendezvous port, a
     used run id."""
@@ -75,10 +51,12 @@ def head_preflight(module, plan, run_dir, head):
                              f"give a new run_id or leave it unset", run_id=plan.run_id)
 
 
-def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> dict:
+def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_miss: int = 0) -> tuple[dict, list]:
     """Everything the start would trip over, on every node, before anything changes: a node ssh
     cannot reach, a run alive anywhere, the head's address, port and run id. Returns the files
-    that are missing or stale on each node ({path: SHA-1} `expect`), {name: [paths]}."""
+    that are missing or stale on each node ({path: SHA-1} `expect`), {name: [paths]}, and the
+    nodes ssh cannot reach, of which up to `may_miss` (never the head) are left to the run to
+    grow to later (min_nodes with max_restarts) rather than refused."""
     head = next(node for node in plan.nodes if node.name == plan.head)
     nodes = plan.nodes if module.params["check_nodes"] else [head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
@@ -89,12 +67,14 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> di
                           control_dir=control_dir)
     order = [node.name for node in nodes]
     lost = [name for name in order if "error" in answers[name]]
-    if lost:
+    missed = lost if lost and len(lost) <= may_miss and head.name not in lost else []
+    if lost and not missed:
         named = "; ".join(f"{name}: {answers[name]['error']}" for name in lost)
         module.fail_json(msg=f"refusing to launch: the head {head.name} cannot reach {', '.join(lost)} "
                              f"over ssh as the training account, as mpirun would ({named}). Bring the "
                              f"node back, or run setup.yml again if its address or host key changed",
                          unreachable=lost, run_id=plan.run_id)
+    order = [name for name in order if name not in missed]
     runs = [{"node": name, **run} for name in order for run in group_runs(answers[name]["runs"])]
     if runs:
         module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {runs_listed(runs)}. "
@@ -117,7 +97,7 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None) -> di
                              f"(ansible-playbook setup.yml -i INVENTORY) to put it back, then launch",
                          drifted={name: answers[name]["drift"] for name in drifted}, run_id=plan.run_id)
     head_preflight(module, plan, run_dir, head)
-    return {name: answers[name]["stale"] for name in order if answers[name]["stale"]}
+    return {name: answers[name]["stale"] for name in order if answers[name]["stale"]}, missed
 
 
 def send_files(module, plan, files: dict, stale: dict, control_dir=None) -> None:

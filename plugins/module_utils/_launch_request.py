@@ -135,6 +135,14 @@ OPTIONS: tuple[Option, ...] = (
            "the run.", default=0, role_type="raw", short="min_nodes"),
     Option("restart_wait", "int", "Seconds a restart waits for min_nodes nodes to answer.", default=300,
            role_type="raw", short="restart_wait"),
+    Option("spare_nodes", "int", "Nodes of the group kept out of the world (the last ones, never the head), "
+           "set up and checked like the others: with max_restarts, a lost node is replaced by a spare in the "
+           "next attempt, so the world size does not change. No spare left, the run shrinks (down to min_nodes) "
+           "or ends. Not under Slurm.", default=0, role_type="raw", short="spare_nodes"),
+    Option("rejoin_after", "int", "With max_restarts: seconds a node lost earlier must keep answering (and pass "
+           "the launch's checks) before the run grows back to it, right after the script's next checkpoint "
+           "(a line of rank 0's stdout that begins with TORCHFLEET_CHECKPOINT).", default=10, role_type="raw",
+           short="rejoin_after"),
     Option("final_exit_codes", "list", "Rank exit codes that end the run without a restart (the script "
            "saying its failure is its own: bad input, a diverged loss).", default=[], elements="int",
            role_elements="raw", short="final_exit_codes"),
@@ -402,7 +410,7 @@ def _scheduler_problems(request: dict) -> list[str]:
 
 
 LIST_OPTIONS = ("script_args", "files", "env_pass", "env_secrets", "mpirun_extra_args")
-RESTART_OPTIONS = ("max_restarts", "min_nodes", "restart_wait", "final_exit_codes")
+RESTART_OPTIONS = ("max_restarts", "min_nodes", "restart_wait", "final_exit_codes", "spare_nodes", "rejoin_after")
 # The options problems() reads; validate.yml hands it these alone (each variable templated costs
 # the launch time), as tests/lint/launch_options.py writes them.
 CHECKED_OPTIONS = ("action", "script", *LIST_OPTIONS, "shared_storage", "run_id", "mode", "mpich_launcher",
@@ -495,7 +503,8 @@ def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, ch
     final_exit_codes, by those names) for a run on `nodes` nodes; each message names the
     variable, its value and the fix."""
     found, values = [], {}
-    for key, least in (("max_restarts", 0), ("min_nodes", 0), ("restart_wait", 0)):
+    for key, least in (("max_restarts", 0), ("min_nodes", 0), ("restart_wait", 0), ("spare_nodes", 0),
+                       ("rejoin_after", 0)):
         value = restart.get(key, 0)
         if not re.fullmatch(r"-?\d+", str(value).strip()):
             found.append(f"{key} is '{value}': give a whole number (0 or more).")
@@ -503,9 +512,20 @@ def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, ch
         values[key] = int(str(value).strip())
         if values[key] < least:
             found.append(f"{key} is {values[key]}: give 0 or more.")
-    if values.get("min_nodes", 0) > nodes:
-        found.append(f"min_nodes is {values['min_nodes']}, above the run's {nodes} nodes: give at most "
-                     f"{nodes}, or 0 for every node.")
+    spare = values.get("spare_nodes", 0)
+    if spare and spare >= nodes:
+        found.append(f"spare_nodes is {spare}, but the run has {nodes} node(s) and the head is never a spare: "
+                     f"give at most {nodes - 1}.")
+    elif spare and values.get("max_restarts", 0) == 0:
+        found.append(f"spare_nodes is {spare}, but max_restarts is 0: a spare replaces a lost node in a "
+                     f"restart; set max_restarts (for example 2), or remove spare_nodes.")
+    elif spare and scheduler == "slurm":
+        found.append(f"spare_nodes is {spare} under Slurm, where an attempt is an allocation of its own and "
+                     f"Slurm chooses its nodes: remove spare_nodes (a restart's job already leaves out the "
+                     f"nodes lost).")
+    if values.get("min_nodes", 0) > nodes - spare:
+        found.append(f"min_nodes is {values['min_nodes']}, above the run's {nodes - spare} nodes"
+                     f"{' besides its spares' if spare else ''}: give at most {nodes - spare}, or 0 for every node.")
     codes = restart.get("final_exit_codes") or []
     if not isinstance(codes, list) or any(not str(code).strip().isdigit() or int(code) > 255 for code in codes):
         found.append(f"final_exit_codes is {codes!r}: give a list of exit codes from 0 to 255, for example [2, 3].")

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import supervisor
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.attempts import attempt_nodes, spares
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import close_ssh_masters
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import (
     SUPERVISOR_VAR,
@@ -113,8 +114,10 @@ def build(module, run_id, run_dir, control_dir=None):
                    control_path=f"{control_dir}/%C" if control_dir else None, supervised=True)
     paths = {"run": run_dir, "launcher": os.path.join(run_dir, "launcher.log"),
              "ranks": plan.log_dir or "", "workers": plan.node_log_dir or ""}
+    # The first attempt's world: every node but the spares, which the checks and files still reach.
+    left = set(spares([node.name for node in plan.nodes], plan.head, p["spare_nodes"]))
     try:
-        rendered = render(plan)
+        rendered = render(dataclasses.replace(plan, nodes=tuple(node for node in plan.nodes if node.name not in left)))
     except PlanError as err:
         module.fail_json(msg=str(err), run_id=run_id)
     if missing:
@@ -337,7 +340,23 @@ def start_run(module, control_dir):
         except OSError as err:
             module.fail_json(msg=f"cannot take the launch lock {_launch_lock.lock_path()} on the head: {err}",
                              run_id=run_id)
-    stale = preflight_nodes(module, plan, run_dir, digests, control_dir)
+    # With restarts and min_nodes, a node that does not answer is left out: the run starts on the
+    # others and grows to it once it answers (the supervisor's watch_left_out).
+    world = list(rendered.nodes)
+    size = len(world)
+    may_miss = len(world) - p["min_nodes"] if p["min_nodes"] and p["max_restarts"] and not slurm else 0
+    stale, missed = preflight_nodes(module, plan, run_dir, digests, control_dir, may_miss=may_miss)
+    if missed:
+        reachable = [node.name for node in plan.nodes if node.name not in missed]
+        world = attempt_nodes(reachable, world, size)
+        try:
+            rendered = render(dataclasses.replace(plan, nodes=tuple(node for node in plan.nodes if node.name in world)))
+        except PlanError as err:
+            module.fail_json(msg=str(err), run_id=run_id)
+        result.update(argv=rendered.argv, command=rendered.command, hostfile=rendered.hostfile,
+                      nodes=list(rendered.nodes), world_size=rendered.world_size, left_out=missed)
+        module.warn(f"{', '.join(missed)} did not answer: run {run_id} starts on {', '.join(rendered.nodes)} "
+                    f"(min_nodes {p['min_nodes']}) and grows to them once they answer, at a checkpoint")
     result["stale_files"] = stale
     if module.check_mode:
         module.exit_json(**result)
@@ -360,7 +379,10 @@ def start_run(module, control_dir):
         launch_timeout=p["launch_timeout"], stop_grace=p["stop_grace"], paths=paths,
         scheduler=p["scheduler"], sbatch=sbatch, start_timeout=p["start_timeout"],
         heartbeat_timeout=p["heartbeat_timeout"], worker_files=not plan.tee_workers,
-        max_restarts=p["max_restarts"], min_nodes=p["min_nodes"] or len(plan.nodes),
+        max_restarts=p["max_restarts"], min_nodes=p["min_nodes"] or len(rendered.nodes),
+        world_nodes=size, rejoin_after=p["rejoin_after"],
+        node_checks={"expect": digests, "packages": {"python": plan.python, "expect": p["expect_packages"]}
+                     if p["expect_packages"] else None},
         restart_wait=p["restart_wait"], final_exit_codes=list(p["final_exit_codes"]),
         launch_plan=plan_to_dict(plan),  # what a restart renders again
         batch=batch, node_dirs=True,

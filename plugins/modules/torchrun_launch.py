@@ -264,6 +264,28 @@ options:
     description: Seconds a restart waits for O(min_nodes) nodes to answer.
     type: int
     default: 300
+  spare_nodes:
+    description:
+      - Nodes of O(nodes) kept out of the world, the last ones (never O(head)), checked and given the
+        script's files like the others. With O(max_restarts), a lost node is replaced by a spare in
+        the next attempt, so the world size does not change; with no spare left the run shrinks (down
+        to O(min_nodes)) or ends. A node back after a loss is a spare again once the world is whole.
+      - Not under Slurm, where an attempt is an allocation of its own.
+    type: int
+    default: 0
+  rejoin_after:
+    description:
+      - With O(max_restarts), where an attempt runs on fewer nodes than the run's world (a node lost,
+        no spare for it), the seconds a lost node must keep answering, and pass the launch's checks again
+        (its Python environment as setup installed it, its cluster interface as recorded, the script's
+        files, no other run alive there), before the run grows back to it.
+      - The supervisor ends the attempt right after the script's next checkpoint, which the script
+        says with a line of rank 0's stdout that begins with C(TORCHFLEET_CHECKPOINT), and starts the
+        next with every node back; growing spends nothing of O(max_restarts). A script that never
+        says it is grown at its attempt's end instead (a failure it is restarted for). A node that
+        fails a check is named in the record's C(not_taken_back).
+    type: int
+    default: 10
   final_exit_codes:
     description: Rank exit codes that end the run without a restart.
     type: list
@@ -698,6 +720,21 @@ attempts:
     workers:
       description: Its torchrun worker logs' directory on each node.
       type: str
+    joined:
+      description: The nodes in its world that were not in the attempt before (a spare for a lost node, a node back).
+      type: list
+      elements: str
+    left:
+      description: The nodes of the attempt before that are not in its world (lost).
+      type: list
+      elements: str
+not_taken_back:
+  description:
+    - Nodes lost earlier that answer again but that the run did not grow back to (O(rejoin_after)),
+      each with why.
+  returned: when a node back failed the launch's checks
+  type: dict
+  sample: {gpu02: "its Python environment is no longer what setup installed: numpy is missing (spec: 2.1.0)"}
 lost_nodes:
   description:
     - The nodes that died, or were silent, during the run, each with the time it died or last

@@ -130,9 +130,16 @@ runs:
     attempts:
       description:
         - With restarts, each attempt in order (attempt, started, ended, nodes, world_size, cause,
-          workers, port), as M(torchfleet.cluster.torchrun_launch) returns them.
+          workers, port; joined and left, the nodes that came into and went out of the world
+          since the attempt before, such as a spare for a lost node or a node back), as
+          M(torchfleet.cluster.torchrun_launch) returns them.
       type: list
       elements: dict
+    not_taken_back:
+      description:
+        - Nodes lost earlier that answer again but that the run did not grow back to, each with why
+          (its Python environment or cluster interface changed, another run alive there).
+      type: dict
     failed_log_tail:
       description: The last lines of that log.
       type: list

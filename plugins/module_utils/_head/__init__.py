@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 
 # The package's files, as the launch module copies them to the head.
-FILES = ("__init__", "attempts", "fanout", "guardian", "liveness", "probe", "record", "report", "slurm",
-         "slurm_job", "supervisor", "transitions")
+FILES = ("__init__", "attempts", "fanout", "guardian", "liveness", "node_checks", "probe", "record", "report",
+         "slurm", "slurm_job", "supervisor", "transitions")
 
 
 def source(name: str) -> str:

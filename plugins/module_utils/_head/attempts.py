@@ -6,16 +6,19 @@ min_nodes do; a rendezvous port free on the head; the request rendered again for
 from __future__ import annotations
 
 import dataclasses
+import glob
+import os
 import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType, SimpleNamespace
 
-from .fanout import PROBE_FANOUT, close_ssh_masters, end_run_on_nodes, probe_nodes
+from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes
 from .liveness import SSH_PORT, node_answers
+from .node_checks import head_copies, rejoin_problem, rejoin_request
 from .probe import end_run, find_run_processes, port_in_use
-from .record import RunRecord, SupervisorPlan, reserve_space
+from .record import DONE, WHOLE, RunRecord, SupervisorPlan, Tail, node_workers, reserve_space
 from .report import now_iso
 from .slurm_job import next_job, renderer
 
@@ -23,6 +26,10 @@ RESTART_VAR = "TORCHFLEET_RESTART_COUNT"  # the attempt's number, for the script
 WAIT_EVERY = 3.0  # seconds between two looks for the nodes of a restart
 KNOCK_TIMEOUT = 2.0  # seconds a node has to answer on its ssh port before it is asked over ssh
 PORTS_TRIED = 100  # rendezvous ports tried above the attempt's own before a restart gives up
+# A line of rank 0's stdout that begins with this: the script's checkpoint is complete, so an
+# attempt ended right after it redoes nothing (the run grows to a node back then).
+CHECKPOINT_MARK = b"TORCHFLEET_CHECKPOINT"
+RECHECK_EVERY = 30.0  # seconds before a node back that failed the checks is checked again
 
 
 def supervise(run) -> RunRecord:
@@ -32,7 +39,7 @@ def supervise(run) -> RunRecord:
     first = plan.first_attempt
     run.keeper.begin("restarting" if first else "starting", attempts=run.attempts or None,
                      restarts=len(run.attempts))
-    attempt, begun = first, time.monotonic()
+    attempt, begun, grows = first, time.monotonic(), 0
     if attempt:  # restarted by hand: the nodes that answer, fenced, as after a failure
         nodes = nodes_for_restart(run)
         if isinstance(nodes, str):
@@ -45,8 +52,11 @@ def supervise(run) -> RunRecord:
         if ended is None:  # its launcher could not start: recorded
             return run.keeper.record
         state, msg, result, cause = ended
-        if cause is None or attempt - first >= plan.max_restarts or run.stop_requested() is not None:
+        # Growing to a node back is no failure: it spends nothing of max_restarts.
+        spent = attempt - first - grows
+        if cause is None or run.stop_requested() is not None or (not run.grew and spent >= plan.max_restarts):
             break
+        grows += bool(run.grew)
         run.attempts[-1].update(ended=now_iso(), cause=cause)
         run.keeper.restarting(attempts=run.attempts, msg=f"attempt {attempt} of run {plan.run_id} ended ({cause}); "
                                                          f"waiting for {plan.min_nodes} node(s) to answer")
@@ -98,6 +108,26 @@ def earlier_attempts(record: dict, plan: SupervisorPlan) -> list:
              "workers": plan.paths.get("workers") or None}]
 
 
+def attempt_size(plan: SupervisorPlan) -> int:
+    """The nodes an attempt uses at most: every node of the run but its spares."""
+    return plan.world_nodes or len(plan.launch_plan["nodes"])
+
+
+def spares(names: list, head: str, count: int) -> list:
+    """The run's spare nodes: the last `count` of its nodes (in the run's order), never the head."""
+    others = [name for name in names if name != head]
+    return others[len(others) - count:] if count else []
+
+
+def attempt_nodes(ready: list, previous: list, size: int) -> list:
+    """The nodes of the next attempt, of those `ready` (names, in the run's order): the last
+    attempt's first, so that a lost node is replaced (by a spare, or a node back) rather than
+    the world reshuffled, then the others, up to `size`; in the run's order."""
+    chosen = [name for name in ready if name in previous][:size]
+    chosen += [name for name in ready if name not in chosen][:size - len(chosen)]
+    return [name for name in ready if name in chosen]
+
+
 def free_port(port: int) -> int | None:
     """`port` if nothing listens on it on the head, else the next free one above it; None if
     none of PORTS_TRIED is."""
@@ -113,7 +143,9 @@ def ready_nodes(run, asked) -> tuple[list, dict]:
     with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others) or 1)) as pool:
         knocked = list(pool.map(lambda n: node_answers(n.address, SSH_PORT, timeout=KNOCK_TIMEOUT), others))
     reachable = [node for node, ok in zip(others, knocked) if ok]
-    request = {"expect": {}, "stop": {"run_id": plan.run_id, "grace": plan.stop_grace}}
+    # The run's files too: a node left out at the launch (it did not answer) never got them.
+    request = {"expect": (plan.node_checks or {}).get("expect") or {},
+               "stop": {"run_id": plan.run_id, "grace": plan.stop_grace}}
     answers = probe_nodes(reachable, plan.head, plan.ssh, plan.python, {node.name: request for node in reachable},
                           timeout=plan.stop_grace + 20, connect_timeout=5,
                           control_dir=plan.control_dir) if reachable and plan.check_nodes else {}
@@ -130,7 +162,7 @@ def ready_nodes(run, asked) -> tuple[list, dict]:
         held = sorted({proc["run_id"] for proc in answer["runs"] if proc["run_id"] != plan.run_id})
         if held:
             busy[node.name] = held
-        else:
+        elif not give_files(run, node, answer.get("stale")):
             ready.append(node)
     return ready, busy
 
@@ -151,7 +183,7 @@ def nodes_for_restart(run):
     while run.stop_requested() is None:
         ready, busy = ready_nodes(run, asked)
         if len(ready) >= plan.min_nodes:
-            return [node.name for node in ready]
+            return attempt_nodes([node.name for node in ready], [node.name for node in run.nodes], attempt_size(plan))
         if time.monotonic() >= deadline:
             missing = [node.name for node in every if node not in ready]
             held = "".join(f"; {name} runs {', '.join(ids)} (stop it first: torchfleet stop RUN_ID)"
@@ -169,6 +201,7 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
     it), hostfile and worker log directory, and TORCHFLEET_RESTART_COUNT for the script."""
     launch_plan = renderer()
     base = launch_plan.plan_from_dict(run.plan.launch_plan)
+    previous = [node.name for node in run.nodes]
     workers = f"{base.node_log_dir}.{attempt}" if base.node_log_dir else None
     port = free_port(max(base.port + attempt, (run.port or 0) + 1))
     if port is None:
@@ -194,9 +227,13 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
     run.nodes = [SimpleNamespace(**node) for node in order]
     run.launcher_env = rendered.env
     run.port = port
-    left_out = [node["name"] for node in run.plan.launch_plan["nodes"] if node["name"] not in names]
+    # A lost node replaced by a spare or a node back, or nodes added: named in the record.
+    run.joined = [name for name in rendered.nodes if name not in previous]
+    run.left = [name for name in previous if name not in rendered.nodes]
+    swap = f"; {', '.join(run.joined)} in" if run.joined else ""
+    swap += f", {', '.join(run.left)} out" if run.left and run.joined else (f"; {', '.join(run.left)} out" if run.left else "")
     said = (f"torchfleet: attempt {attempt} of run {run.plan.run_id} begins at {now_iso()} on "
-            f"{', '.join(rendered.nodes)} (world size {rendered.world_size}, port {port}); attempt "
+            f"{', '.join(rendered.nodes)} (world size {rendered.world_size}, port {port}{swap}); attempt "
             f"{attempt - 1} ended: {cause}\n")
     with open(run.plan.paths["launcher"], "a", encoding="utf-8") as log:
         log.write(said)
@@ -204,27 +241,97 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
                       world_size=rendered.world_size, command=run.plan.command, restarts=attempt,
                       msg=said.strip()[len("torchfleet: "):])
     run.over = threading.Event()  # the attempt that begins: set when it ends
-    if left_out and run.plan.check_nodes:
-        threading.Thread(target=fence, args=(run, left_out, run.over), daemon=True).start()
 
 
-def fence(run, names: list, over: threading.Event) -> None:
-    """In a thread, for an attempt: the nodes of the run it does not use (lost before), each
-    ended of whatever of the run it still runs as soon as it answers again (a node back on the
-    network with its stale ranks), which the launcher log says."""
+def _say(plan: SupervisorPlan, words: str) -> None:
+    with open(plan.paths["launcher"], "a", encoding="utf-8") as log:
+        log.write(f"torchfleet: {words}\n")
+
+
+def watch_left_out(run, names: list, over: threading.Event) -> None:
+    """In a thread, for an attempt: the nodes of the run it does not use (lost before, spares),
+    each ended of whatever of the run it still runs once it answers again (a node back on the
+    network with its stale ranks), which the launcher log says. Where the attempt is short of
+    the run's world (a node lost and no spare for it), a node back that has kept answering for
+    rejoin_after seconds and passes the launch's checks is put in `run.back`, and `run.grow` set:
+    the run grows to it at the script's next checkpoint (Run.wait_for_end). One that fails a
+    check is named in `run.not_taken_back`, and checked again later."""
     plan = run.plan
-    pending = [SimpleNamespace(**node) for node in plan.launch_plan["nodes"] if node["name"] in names]
+    pending = {node["name"]: SimpleNamespace(**node) for node in plan.launch_plan["nodes"] if node["name"] in names}
+    short = len(run.nodes) < attempt_size(plan) and bool(plan.max_restarts) and plan.scheduler != "slurm"
+    answering, failed = {}, {}  # {name: since when it answers (monotonic)}, {name: when a check failed}
     while pending and not over.wait(WAIT_EVERY):
-        back = [node for node in pending if node_answers(node.address, SSH_PORT, timeout=KNOCK_TIMEOUT)]
-        if not back:
+        knocked = {name: node_answers(node.address, SSH_PORT, timeout=KNOCK_TIMEOUT) for name, node in pending.items()}
+        for name in [name for name, ok in knocked.items() if not ok]:
+            answering.pop(name, None)
+        back = [pending[name] for name, ok in knocked.items() if ok and name not in answering]
+        if back:
+            done = end_run_on_nodes(back, plan.head, plan.ssh, plan.python, plan.run_id, plan.stop_grace)
+            silent = {node["name"] for node in done["silent"]}
+            for node in back:
+                if node.name not in silent:  # it runs a command: not only its kernel answering the knock
+                    answering[node.name] = time.monotonic()
+                    _say(plan, f"{node.name} answers again at {now_iso()}; what it still ran of run "
+                               f"{plan.run_id} was ended ({len(done['stopped'].get(node.name, []))} process(es))")
+        if not short:  # the world is whole: a node back is a spare again
+            pending = {name: node for name, node in pending.items() if name not in answering}
             continue
-        done = end_run_on_nodes(back, plan.head, plan.ssh, plan.python, plan.run_id, plan.stop_grace)
-        silent = {node["name"] for node in done["silent"]}
-        for node in back:
-            if node.name in silent:
+        now = time.monotonic()
+        settled = [pending[name] for name, since in answering.items()
+                   if now - since >= plan.rejoin_after and now - failed.get(name, -RECHECK_EVERY) >= RECHECK_EVERY]
+        if not settled:
+            continue
+        answers = probe_nodes(settled, plan.head, plan.ssh, plan.python,
+                              {node.name: rejoin_request(plan.node_checks) for node in settled},
+                              timeout=PROBE_TIMEOUT, connect_timeout=5, control_dir=plan.control_dir)
+        for node in settled:
+            answer = answers.get(node.name, {"error": "no answer"})
+            problem = rejoin_problem(node, answer, plan.run_id) or give_files(run, node, answer.get("stale"))
+            if problem:
+                failed[node.name] = now
+                run.not_taken_back[node.name] = problem
+                _say(plan, f"{node.name} is back but is not taken back into run {plan.run_id}: {problem}")
                 continue
-            pids = done["stopped"].get(node.name, [])
-            with open(plan.paths["launcher"], "a", encoding="utf-8") as log:
-                log.write(f"torchfleet: {node.name} answers again at {now_iso()}; what it still ran of "
-                          f"run {plan.run_id} was ended ({len(pids)} process(es))\n")
-        pending = [node for node in pending if node not in back or node.name in silent]
+            run.not_taken_back.pop(node.name, None)
+            run.back.append(node.name)
+            del pending[node.name]
+            run.grow.set()
+            _say(plan, f"{node.name} is back and passes the launch's checks at {now_iso()}: run {plan.run_id} "
+                       f"grows to it at its next checkpoint ({CHECKPOINT_MARK.decode()} on rank 0's stdout)")
+
+
+def give_files(run, node, stale) -> str | None:
+    """Put the run's files that `node` lacks there (it was away when the launch sent them), from
+    the head's own copies; why not, where they cannot be."""
+    if not stale:
+        return None
+    plan = run.plan
+    found, changed = head_copies(stale, (plan.node_checks or {}).get("expect") or {})
+    if changed:
+        return f"the run's files differ there, and the head's copies changed since the launch: {', '.join(changed)}"
+    answer = probe_nodes([node], plan.head, plan.ssh, plan.python, {node.name: {"write": found}},
+                         timeout=PROBE_TIMEOUT, connect_timeout=5, control_dir=plan.control_dir)[node.name]
+    return f"the run's files could not be put there: {answer['error']}" if "error" in answer else None
+
+
+class CheckpointWatch:
+    """Rank 0's stdout on the head (torchrun's file of worker 0 on node 0), read from now on for
+    a line that begins with CHECKPOINT_MARK."""
+
+    def __init__(self, workers: str):
+        self.pattern = os.path.join(glob.escape(node_workers(workers, 0)), "*", "attempt_*", "0", "stdout.log")
+        self.tail, self.first_look = None, True
+
+    def seen(self) -> bool:
+        if self.tail is None:
+            found = sorted(glob.glob(self.pattern))
+            first, self.first_look = self.first_look, False
+            if not found:
+                return False
+            self.tail = Tail(found[-1], os.path.getsize(found[-1]) if first else 0)
+        while True:
+            pieces, more = self.tail.pieces()
+            if any(kind in (WHOLE, DONE) and text.startswith(CHECKPOINT_MARK) for kind, text in pieces):
+                return True
+            if not more:
+                return False

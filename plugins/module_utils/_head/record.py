@@ -131,6 +131,8 @@ class RunRecord:
     # cause, workers: its torchrun log directory); the last is the one running or that ended the run.
     restarts: int = field(default=0, metadata=_shown(RESULT, LISTED, REPORTED))
     attempts: list | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
+    # Nodes back after a loss that the run did not grow to, and why ({node: reason}).
+    not_taken_back: dict | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
 
     @classmethod
     def keys(cls, shown_in: str | None = None) -> tuple:
@@ -191,6 +193,12 @@ class SupervisorPlan:
     first_attempt: int = 0
     package: str | None = None  # the head package installed for this run's version (its record.py)
     node_dirs: bool = False  # each node's torchrun logs under paths.workers/node<rank> (node_workers)
+    # Runs that heal (attempts.py): the nodes an attempt uses at most (0: every node of launch_plan;
+    # fewer with spare nodes), how long a node back must keep answering before the run grows to it,
+    # and what it must pass then (node_checks.rejoin_request's checks: no secret in them).
+    world_nodes: int = 0
+    rejoin_after: int = 10
+    node_checks: dict | None = None
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:

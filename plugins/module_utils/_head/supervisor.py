@@ -108,6 +108,15 @@ class Run:
         self.proc = None  # the launcher (or Slurm job) of the attempt in flight
         self.over = threading.Event()  # set when the attempt in flight ends: its threads stop
         self.port = (self.plan.launch_plan or {}).get("port")  # the attempt's rendezvous port
+        # Runs that heal (attempts.watch_left_out): nodes back that passed the checks, set when
+        # there is one (the attempt ends at the next checkpoint), whether the attempt ended so;
+        # {node: why} of those that failed them; who joined and left the world this attempt.
+        self.back: list = []
+        self.grow = threading.Event()
+        self.grew = False
+        self.not_taken_back: dict = {}
+        self.joined: list = []
+        self.left: list = []
 
     @staticmethod
     def stop_requested() -> int | None:
@@ -202,12 +211,18 @@ class Run:
             self.keeper.end("failed", rc=127, ended=now_iso(), duration=0.0,
                             msg=f"cannot start {plan.argv[0]}: {err}" if not slurm_job else str(err))
             return None
-        self.proc = proc
+        self.proc, self.grew, self.back, self.grow = proc, False, [], threading.Event()
         if plan.max_restarts or plan.first_attempt:
             self.attempts.append({"attempt": attempt, "started": now_iso(), "ended": None,
                                   "nodes": [node.name for node in self.nodes],
                                   "world_size": plan.world_size, "cause": None,
-                                  "workers": plan.paths.get("workers") or None, "port": self.port})
+                                  "workers": plan.paths.get("workers") or None, "port": self.port,
+                                  **({"joined": self.joined} if self.joined else {}),
+                                  **({"left": self.left} if self.left else {})})
+        left_out = [node["name"] for node in (plan.launch_plan or {}).get("nodes", [])
+                    if node["name"] not in {node.name for node in self.nodes}]
+        if left_out and plan.check_nodes and plan.ssh:  # nodes lost earlier, spares
+            threading.Thread(target=attempts.watch_left_out, args=(self, left_out, self.over), daemon=True).start()
         changes = {"attempts": self.attempts or None, "restarts": attempt}
         if slurm_job:
             self.keeper.update(required=True, **changes)
@@ -225,7 +240,8 @@ class Run:
         plan, run_id, grace = self.plan, self.plan.run_id, self.plan.stop_grace
         slurm_job, over = plan.scheduler == "slurm", self.over  # made anew for each attempt
         end = SimpleNamespace(timed_out=False, late=[], ending={}, stopped=None, survivors=[], warnings=[],
-                              waiting=(None, None))
+                              waiting=(None, None), grow=[])
+        checkpoint, said_not_taken = None, {}  # a node back: rank 0's stdout, read for the checkpoint
         everywhere = threading.Event()  # a process of the run runs on every node
         if plan.start_timeout and not slurm_job:
             threading.Thread(target=self.watch_start, args=(proc.pid, plan.start_timeout, end.late, over, everywhere),
@@ -245,6 +261,17 @@ class Run:
                 if everywhere.is_set() and not said_everywhere:
                     said_everywhere = True
                     self.keeper.update(msg=f"run {run_id} runs on every node")
+                if self.not_taken_back != said_not_taken:
+                    said_not_taken = dict(self.not_taken_back)
+                    self.keeper.update(not_taken_back=said_not_taken or None)
+                if self.grow.is_set() and checkpoint is None and plan.worker_files and not slurm_job:
+                    checkpoint = attempts.CheckpointWatch(plan.paths["workers"])
+                if checkpoint is not None and checkpoint.seen():
+                    # Right after the script's checkpoint: the next attempt, with the nodes back,
+                    # starts from it and redoes nothing.
+                    end.grow, self.grew = list(self.back), True
+                    end.survivors = stop_launcher(proc, run_id, grace)
+                    break
                 end.timed_out = bool(plan.launch_timeout) and time.monotonic() - begun >= plan.launch_timeout
                 end.ending = liveness.ending() if liveness else {}
                 end.stopped = _Stop.signum  # a stop heard after the launcher's end changes nothing of it
@@ -286,7 +313,7 @@ class Run:
         """The attempt's end, cleaned up and said: (state, message, record changes, cause)."""
         plan, paths, run_id, grace = self.plan, self.plan.paths, self.plan.run_id, self.plan.stop_grace
         slurm_job, rc, ending = plan.scheduler == "slurm", end.rc, end.ending
-        interrupted = end.timed_out or end.late or ending or end.stopped
+        interrupted = end.timed_out or end.late or ending or end.stopped or end.grow
         survivors, warnings = end.survivors, end.warnings
         if not interrupted:
             # The launcher is gone; nothing of the run should be left on the head.
@@ -325,6 +352,9 @@ class Run:
         elif end.stopped:
             state = "stopped"
             msg = report.stopped_message(run_id, end.stopped, paths["run"], left)
+        elif end.grow:
+            state = "failed"  # never the run's last state: the next attempt follows
+            msg = f"run {run_id} ended its attempt at a checkpoint to grow to {', '.join(end.grow)}{left}"
         elif rc != 0:
             state = "failed"
             failure = report.describe_failure(
@@ -347,6 +377,8 @@ class Run:
             result["survivors"] = pids
             msg += (f"; processes {', '.join(map(str, pids))} of run {run_id} survived SIGKILL on "
                     f"the head; check them (uninterruptible I/O?)")
+        if end.grow:
+            return state, msg, result, f"{', '.join(end.grow)} back (grown at a checkpoint)"
         return state, msg, result, attempts.restart_cause(state, result, end.late, survivors, plan.final_exit_codes,
                                                           causes)
 

@@ -69,6 +69,12 @@ def test_the_module_refuses_what_slurm_cannot_run_and_rides_ssh_only_where_mpiru
     ({"final_exit_codes": ["x"]}, 3, "torchrun", "none", "final_exit_codes is ['x']: give a list of exit codes"),
     ({"max_restarts": 2}, 3, "torchrun", "pbs", "which scheduler=pbs does not use"),
     ({"max_restarts": 2}, 3, "mpich", "none", "which mode mpich does not use"),
+    ({"max_restarts": 1, "spare_nodes": 3}, 3, "torchrun", "none", "the head is never a spare: give at most 2"),
+    ({"spare_nodes": 1}, 3, "torchrun", "none", "spare_nodes is 1, but max_restarts is 0"),
+    ({"max_restarts": 1, "spare_nodes": 1}, 3, "torchrun", "slurm", "spare_nodes is 1 under Slurm"),
+    ({"max_restarts": 1, "spare_nodes": 1, "min_nodes": 3}, 3, "torchrun", "none",
+     "min_nodes is 3, above the run's 2 nodes besides its spares: give at most 2"),
+    ({"rejoin_after": "soon"}, 3, "torchrun", "none", "rejoin_after is 'soon': give a whole number"),
 ])
 def test_bad_restart_options_name_the_variable_value_and_fix(restart, nodes, mode, scheduler, said):
     found = lr.restart_problems(restart, nodes, mode, scheduler)

@@ -288,6 +288,18 @@ def test_end_report_names_the_cause_and_quotes_the_failing_log():
     assert follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0}, "n0")[1] == []
 
 
+def test_end_report_names_each_attempts_end_the_swaps_and_the_nodes_not_taken_back():
+    attempts = [{"attempt": 0, "nodes": ["n0", "n1"], "ended": "t1", "cause": "n1 died at t1"},
+                {"attempt": 1, "nodes": ["n0", "n2"], "ended": "t2", "cause": "n1 back (grown at a checkpoint)",
+                 "joined": ["n2"], "left": ["n1"]},
+                {"attempt": 2, "nodes": ["n0", "n1", "n2"], "ended": "t3", "cause": "", "joined": ["n1"]}]
+    _out, err = follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0, "attempts": attempts,
+                                   "not_taken_back": {"n3": "another run is alive on it: r2"}}, "n0")
+    assert err == ["torchfleet: attempt 0 on n0, n1 ended t1: n1 died at t1; restarted (n2 in, n1 out)",
+                   "torchfleet: attempt 1 on n0, n2 ended t2: n1 back (grown at a checkpoint); restarted (n1 in)",
+                   "torchfleet: n3 came back but was not taken back: another run is alive on it: r2"]
+
+
 def test_a_run_whose_head_restarted_reads_as_lost_to_every_reader(tmp_path):
     record = rr.RunRecord(run_id="tf-r", command="c", nodes=["h"], slots=[1], head="h", mode="torchrun", nproc=1,
                           world_size=2, started="t", started_at=1.0, log_dir=str(tmp_path), launcher_log="l",
