@@ -1,7 +1,9 @@
 """Recovery from a lost node: torchfleet's restarts beside torchrun's elastic agent, in one run.
 
 For each way a node can go (its container killed, paused: a hung node, or cut off its network;
-or the blip: paused for BLIP s, half the default tolerance, then resumed), and each trial, the
+or the blip: paused for BLIP s, half the default tolerance, then resumed; or, for runs that heal,
+killed with a spare ready (spare: node1 killed, node2 the spare), or paused past a 12-s tolerance
+and resumed (grow)), and each trial, the
 same training (examples/train.py, one worker per node, a checkpoint every epoch) is started on the
 local cluster's three nodes and node2 is taken away once the first checkpoint is written:
 
@@ -21,7 +23,12 @@ trains with its whole world (two more epochs of rank 0 within 60 s of the resume
 table and writes bench/results/recovery.json; the headline is the ratio of (a)'s
 time to resume to (b)'s.
 
-    python bench/recovery.py -i inventory/local.yml --trials 5 [--elastic-trials 2] [--ways kill,pause,cut,blip]
+The spare is measured as the kill (detect, train again, at what world size); the growth from the
+first checkpoint rank 0 writes after the supervisor found node2 back and checked, to the grown
+attempt's first step, with the epochs redone by growing (none expected). torchrun's elastic agent
+has no spares and takes a node back only by restarting at once: it is measured for the others.
+
+    python bench/recovery.py -i inventory/local.yml --trials 5 [--elastic-trials 2] [--ways kill,pause,cut,blip,spare,grow] [--out FILE]
 
 Needs the local cluster (`torchfleet cluster up`, then setup.yml), run from the checkout's root.
 """
@@ -124,15 +131,58 @@ def blip_goes_on(rank0_output) -> bool:
     return bool(wait_for(lambda: epochs_done(rank0_output()) >= after + 2, "two more epochs", 60, required=False))
 
 
-def trial_torchfleet(cluster, way):
+def rank0_log(run_id, attempt=0):
+    """Rank 0's stdout in an attempt: torchrun's file of worker 0 on node 0 (the head)."""
+    return f"{RUNS}/{run_id}/workers{'.' + str(attempt) if attempt else ''}/node0/*/attempt_0/0/stdout.log"
+
+
+def trial_grow(cluster, _way):
+    """node2 paused past a 12-s tolerance (a shrink to world 2), resumed: from the first checkpoint
+    rank 0 writes after the supervisor found node2 back and checked it (rejoin_after 3 s), to the
+    grown attempt's first step at world 3; and the epochs redone by growing."""
     run_id = f"tf-bench-{uuid.uuid4().hex[:8]}"
     out = f"/tmp/{run_id}"
     head, lost = cluster.nodes[0], cluster.nodes[2]
     started = cluster.torchfleet("launch", "examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
-                                 "--detach", "--max-restarts", "1", "--min-nodes", "2", "--", *TRAIN, "--out-dir", out)
+                                 "-e", "launch_heartbeat_timeout=12", "-e", "rejoin_after=3", "--detach",
+                                 "--max-restarts", "1", "--min-nodes", "2", "--", *TRAIN, "--out-dir", out)
     if started.returncode != 0:
         sys.exit(f"torchfleet launch failed:\n{started.stderr[-3000:]}")
-    rank0 = f"{RUNS}/{run_id}/workers/*/attempt_0/0/stdout.log"
+    wait_for(lambda: cluster.sh(head, f"test -f {out}/checkpoint.pt").returncode == 0, "the first checkpoint")
+    docker("pause", lost, check=True)
+    wait_for(lambda: "attempt 1 " in cluster.sh(head, f"cat {RUNS}/{run_id}/launcher.log").stdout, "the shrink")
+    docker("unpause", lost, check=True)
+    wait_for(lambda: "passes the launch's checks" in cluster.sh(head, f"cat {RUNS}/{run_id}/launcher.log").stdout,
+             "node2 back and checked", every=0.1)
+    marks = cluster.sh(head, f"cat {rank0_log(run_id, 1)}").stdout.count("TORCHFLEET_CHECKPOINT")
+    wait_for(lambda: cluster.sh(head, f"cat {rank0_log(run_id, 1)}").stdout.count("TORCHFLEET_CHECKPOINT") > marks,
+             "the next checkpoint", every=0.1)
+    checkpoint = time.monotonic()
+    wait_for(lambda: "training " in cluster.sh(head, f"cat {rank0_log(run_id, 2)} 2>/dev/null").stdout,
+             "the grown attempt's first step", every=0.1)
+    grow = time.monotonic() - checkpoint
+    short = cluster.sh(head, f"cat {rank0_log(run_id, 1)}").stdout
+    grown = cluster.sh(head, f"cat {rank0_log(run_id, 2)}").stdout
+    done = [int(epoch) for epoch in re.findall(r"^epoch (\d+)/", short, re.M)]
+    record = json.loads(cluster.sh(head, f"cat {RUNS}/{run_id}/state.json").stdout or "{}")
+    cluster.torchfleet("stop", run_id)
+    left = cluster.left()
+    cluster.torchfleet("stop", "--all")
+    return {"grow_s": round(grow, 1), "epochs_redone": (done[-1] if done else 0) - resumed_from(grown),
+            "world_size": record.get("world_size"), "left": left}
+
+
+def trial_torchfleet(cluster, way):
+    run_id = f"tf-bench-{uuid.uuid4().hex[:8]}"
+    out = f"/tmp/{run_id}"
+    # With a spare (node2), node1 is the one taken away: the spare takes its place.
+    head, lost = cluster.nodes[0], cluster.nodes[1 if way == "spare" else 2]
+    keep = ["--spare-nodes", "1"] if way == "spare" else ["--min-nodes", "2"]
+    started = cluster.torchfleet("launch", "examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
+                                 "--detach", "--max-restarts", "1", *keep, "--", *TRAIN, "--out-dir", out)
+    if started.returncode != 0:
+        sys.exit(f"torchfleet launch failed:\n{started.stderr[-3000:]}")
+    rank0 = rank0_log(run_id)
     wait_for(lambda: cluster.sh(head, f"test -f {out}/checkpoint.pt").returncode == 0, "the first checkpoint")
     done = epochs_done(cluster.sh(head, f"cat {rank0}").stdout)
     cluster.take_away(way, lost)
@@ -145,14 +195,14 @@ def trial_torchfleet(cluster, way):
         docker("unpause", lost, check=True)
         going = blip_goes_on(lambda: cluster.sh(head, f"cat {rank0}").stdout)
         found = record()
-        again = cluster.sh(head, f"cat {RUNS}/{run_id}/workers.1/*/attempt_0/0/stdout.log 2>/dev/null").stdout
+        again = cluster.sh(head, f"cat {rank0_log(run_id, 1)} 2>/dev/null").stdout
         cluster.torchfleet("stop", run_id)
         return {"restarts": found.get("restarts"), "state": found.get("state"), "world_size": found.get("world_size"),
                 "going": going, "epochs_redone": done - resumed_from(again) if found.get("restarts") else 0,
                 "left": cluster.left()}
     wait_for(lambda: record().get("lost_nodes") or record().get("restarts"), "node2 named lost")
     detect = time.monotonic() - event
-    again = f"{RUNS}/{run_id}/workers.1/*/attempt_0/0/stdout.log"
+    again = rank0_log(run_id, 1)
     began = wait_for(lambda: "training " in cluster.sh(head, f"cat {again} 2>/dev/null").stdout,
                      "the next attempt's first step", required=False)
     if not began:  # no next attempt within LIMIT: said, and the run stopped
@@ -164,13 +214,14 @@ def trial_torchfleet(cluster, way):
     resume = time.monotonic() - event
     redone = done - resumed_from(cluster.sh(head, f"cat {again}").stdout)
     # node2 back while the next attempt runs: what it still ran of the run is ended (fenced).
+    world = record().get("world_size")
     cluster.put_back(lost)
     wait_for(lambda: not cluster.running(lost), "node2 fenced", 60)
     cluster.torchfleet("stop", run_id)
     left = cluster.left()
     cluster.torchfleet("stop", "--all")
     return {"detect_s": round(detect, 1), "resume_s": round(resume, 1), "epochs_redone": redone,
-            "left": left, "cause": (record().get("attempts") or [{}])[0].get("cause")}
+            "left": left, "world_size": world, "cause": (record().get("attempts") or [{}])[0].get("cause")}
 
 
 def trial_elastic(cluster, way):
@@ -219,10 +270,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-i", "--inventory", default="inventory/local.yml")
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--ways", default="kill,pause,cut,blip")
+    parser.add_argument("--ways", default="kill,pause,cut,blip,spare,grow")
     parser.add_argument("--elastic-trials", type=int,
                         help="trials of torchrun's elastic agent per way (default: --trials); one that never "
                              "restarts takes the whole 240-s bound")
+    parser.add_argument("--out", help="the results' file name under bench/results (default: recovery.json)")
     args = parser.parse_args()
     elastic_trials = args.trials if args.elastic_trials is None else args.elastic_trials
     cluster = Cluster(args.inventory)
@@ -232,8 +284,10 @@ def main():
     for way in args.ways.split(","):
         for trial in range(args.trials):
             # Side by side, alternating, so that the machine's load falls on both alike.
-            for system, run in (("torchfleet", trial_torchfleet), ("elastic", trial_elastic)):
-                if system == "elastic" and trial >= elastic_trials:
+            mine = trial_grow if way == "grow" else trial_torchfleet
+            for system, run in (("torchfleet", mine), ("elastic", trial_elastic)):
+                # torchrun's agent has no spares, and does not take a node back at a checkpoint.
+                if system == "elastic" and (trial >= elastic_trials or way in ("spare", "grow")):
                     continue
                 result = run(cluster, way)
                 table.setdefault(way, {}).setdefault(system, []).append(result)
@@ -242,6 +296,12 @@ def main():
     for way, systems in table.items():
         row = {}
         for system, trials in systems.items():
+            if way == "grow":
+                row[system] = {"grow_s": statistics.median(t["grow_s"] for t in trials),
+                               "grow_s_range": [min(t["grow_s"] for t in trials), max(t["grow_s"] for t in trials)],
+                               "epochs_redone": max(t["epochs_redone"] for t in trials),
+                               "world_size": [t["world_size"] for t in trials], "left": max(t["left"] for t in trials)}
+                continue
             if way == "blip":
                 row[system] = {"restarts": max(t["restarts"] or 0 for t in trials),
                                "epochs_redone": max(t["epochs_redone"] or 0 for t in trials),
@@ -254,15 +314,15 @@ def main():
                            for key in ("detect_s", "resume_s", "epochs_redone")}
             row[system]["left"] = max(t["left"] for t in trials)
         summary[way] = row
-        if way == "blip":
-            print(f"blip   torchfleet: {row['torchfleet']}; elastic: {row.get('elastic')}")
+        if way in ("blip", "grow"):
+            print(f"{way:<6} torchfleet: {row['torchfleet']}; elastic: {row.get('elastic')}")
             continue
         mine, theirs = row["torchfleet"]["resume_s"], (row.get("elastic") or {}).get("resume_s")
         row["resume_ratio"] = round(mine / theirs, 2) if mine and theirs else None
         print(f"{way:<6} torchfleet: detect {row['torchfleet']['detect_s']} s, resume {row['torchfleet']['resume_s']} s, "
               f"redone {row['torchfleet']['epochs_redone']} epochs, left {row['torchfleet']['left']}; elastic: "
               f"{row.get('elastic')}; ratio {row['resume_ratio']}")
-    results = Path(REPO / "bench" / "results" / "recovery.json")
+    results = Path(REPO / "bench" / "results" / (args.out or "recovery.json"))
     results.write_text(json.dumps({"commit": commit(), "trials": args.trials, "elastic_trials": elastic_trials,
                                    "summary": summary,
                                    "runs": table}, indent=1) + "\n")
