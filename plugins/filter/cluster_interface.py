@@ -70,6 +70,14 @@ def _ipv4_interfaces(facts: dict, excluded) -> list[tuple[str, ipaddress.IPv4Int
 
 def pick_cluster_interface(facts: dict, inventory_address: str = "", network: str = "",
                            excluded=DEFAULT_EXCLUDED) -> dict:
+    if "interfaces" not in facts:
+        # Not "no usable interface": Ansible read none at all. Its Linux network facts come from
+        # the `ip` command, which minimal images (many containers) lack.
+        raise AnsibleFilterError(
+            "Ansible gathered no network facts on this node (no interfaces at all), so the cluster "
+            "interface cannot be chosen: install iproute2 (the `ip` command, which Ansible's network "
+            "facts read) on the node, or gather the 'network' subset if gather_subset leaves it out, "
+            "then run setup again.")
     candidates = _ipv4_interfaces(facts, excluded)
     listing = ", ".join(f"{name} {iface}" for name, iface in candidates) or "none"
     if network:

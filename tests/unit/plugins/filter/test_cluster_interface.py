@@ -76,3 +76,10 @@ def test_bad_cidr_says_how_to_write_it():
 def test_interface_names_with_dashes_are_found():
     node = facts(default="enp3s0-1", **{"enp3s0-1": "10.0.0.5/24"})
     assert pick_cluster_interface(node)["interface"] == "enp3s0-1"
+
+
+def test_a_node_without_network_facts_is_told_from_one_without_a_usable_interface():
+    # A minimal image without `ip` (iproute2): Ansible gathers no interface at all (seen on a lent
+    # GPU machine, docs/gpu.md), which is not the same as interfaces that are all excluded.
+    with pytest.raises(AnsibleFilterError, match=r"gathered no network facts .* install iproute2"):
+        pick_cluster_interface({"hostname": "gpu0"}, inventory_address="192.0.2.2")
