@@ -240,7 +240,7 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
                   f"stop it: torchfleet stop {run_id}")
         return 0
     if result.get("state") not in ACTIVE_STATES:  # it ended before every node's ranks ran: report it
-        # Nothing to follow: the head by name alone, without Ansible's ssh plugin (0.2 s to load).
+        # Nothing to follow: the head by name alone, without loading Ansible's ssh plugin (docs/performance.md).
         told = _told(outcome) or {}
         head = follow.Head(name=told.get("head") or head_name, user=told.get("user", ""),
                            log_dir=told.get("log_dir", ""), ssh=[])
@@ -250,7 +250,7 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
         print(f"torchfleet: run {run_id} {how} on {head_name} (world size {result.get('world_size')}); "
               f"Ctrl-C stops it; closing this terminal or losing the connection does not "
               f"(torchfleet logs -f {run_id} follows it again)", file=sys.stderr, flush=True)
-        target = _launched_target(outcome, args)  # loads Ansible's ssh plugin: 0.2 s or more
+        target = _launched_target(outcome, args)  # loads Ansible's ssh plugin, which costs time
     except KeyboardInterrupt:
         return _interrupted(args, run_id)
     return _follow_to_end(args, target, run_id, stop_on_interrupt=True)

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 # -e KEY=VALUE alone, unquoted, without spaces, escapes or a second '=': Ansible's splitter reads
-# it as {KEY: "VALUE"}, and so does this module without importing Ansible's loader (0.2 s).
+# it as {KEY: "VALUE"}, and so does this module without importing Ansible's loader (slow to import).
 _PLAIN_KEY_VALUE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[^\s'\"\\=]*\Z")
 
 

@@ -11,7 +11,7 @@ description:
     that the head node is one of them, and that no machine is listed under two names.
   - Returns one message per problem; an empty list means the inventory is good.
   - One filter call instead of one assert task per concern, because each task costs a playbook
-    tens of milliseconds even when it passes.
+    time even when it passes.
 options:
   _input:
     description: The group's hosts, in inventory order.

@@ -12,7 +12,7 @@ description:
     message per problem, each naming the variable, its value and how to fix it. An empty list
     means the request is good.
   - One filter call instead of one assert task per concern, because each task costs the launch
-    tens of milliseconds even when it passes.
+    time even when it passes.
   - Reads the controller's files (the script and its files) and environment (the secrets).
 options:
   _input:

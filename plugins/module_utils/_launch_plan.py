@@ -126,7 +126,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")  # Linux: at most 15 characters
 _ADDRESS = re.compile(r"[A-Za-z0-9:][A-Za-z0-9._:-]{0,252}")  # DNS name or IP literal
-# Interfaces that exist on a node but never carry cluster traffic (DESIGN §2).
+# Interfaces that exist on a node but never carry cluster traffic (docker0 and the like: NCCL and Gloo hang on them).
 _BAD_IF_PREFIXES = ("docker", "virbr", "br-", "veth")
 
 # Variables torchfleet sets itself; a user value would silently break the launch.

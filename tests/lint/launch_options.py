@@ -2,7 +2,7 @@
 roles/launch/meta/argument_specs.yml's options, roles/launch/defaults/main.yml, the short names
 launch.yml maps, and the role variables validate.yml hands the request check (the blocks between
 their BEGIN/END lines: written out, as a lookup or a query of every variable costs each launch
-tens of milliseconds).
+time).
 
     python tests/lint/launch_options.py          # write them
     python tests/lint/launch_options.py --check  # `make lint`: fail naming the files out of date

@@ -39,6 +39,6 @@ def source(name: str) -> str:
         with open(here, encoding="utf-8") as handle:
             return handle.read()
     except OSError:
-        import pkgutil  # here only: 12 ms of imports at every start of the supervisor otherwise
+        import pkgutil  # here only: its imports would slow every start of the supervisor
 
         return pkgutil.get_data(__name__, name + ".py").decode()

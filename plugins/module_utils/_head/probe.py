@@ -387,7 +387,7 @@ def differences(installed: dict, wanted: dict, keep) -> tuple[list, list, list]:
 def installed_distributions(paths) -> dict:
     """{canonical name: version} of the distributions in the directories `paths`, from the Name
     and Version headers of each *.dist-info/METADATA and *.egg-info (PKG-INFO): what
-    importlib.metadata reads, without its import, which alone took 30 ms of each node's check."""
+    importlib.metadata reads, without its import, which alone would slow each node's check."""
     installed = {}
     for path in paths:
         try:
@@ -421,8 +421,7 @@ def installed_distributions(paths) -> dict:
 def environment_drift(python: str, wanted: dict) -> list:
     """How the environment of the interpreter `python` differs from `wanted` ({name: version},
     what setup installed), one sentence each. Reads the distributions' metadata in the
-    environment's site-packages (whichever Python runs this), so it starts no interpreter:
-    a few milliseconds."""
+    environment's site-packages (whichever Python runs this), so it starts no interpreter."""
     prefix = os.path.dirname(os.path.dirname(python))
     paths = glob.glob(os.path.join(prefix, "lib", "python3*", "site-packages"))
     if not paths:
