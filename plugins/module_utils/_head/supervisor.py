@@ -296,7 +296,7 @@ class Run:
             over.set()
             end.rc = report.exit_status(proc.returncode)
             if liveness is not None:
-                if end.rc != 0 and not (end.ending or end.timed_out or end.late or end.stopped):
+                if end.rc != 0 and not (end.ending or end.timed_out or end.late or end.stopped or end.grow):
                     # The launcher often ends a moment after the connection that proves a node dead.
                     liveness.settle(SETTLE)
                     end.ending = liveness.ending()
