@@ -27,7 +27,7 @@ test: lint sanity unit molecule
 lint: $(BIN)/torchfleet
 	ansible-lint
 	$(BIN)/python tests/lint/role_defaults.py
-	$(BIN)/python tests/lint/launch_options.py --check
+	$(BIN)/python tools/write_launch_options.py --check
 
 # ansible-test sanity on a copy laid out as ansible_collections/torchfleet/cluster, offline but for
 # PyPI; what it ignores is in tests/sanity/ignore-2.19.txt. ARGS go to ansible-test (--test pylint).

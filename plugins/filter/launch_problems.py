@@ -19,7 +19,7 @@ options:
     description:
       - The request as the launch role's validate.yml gathers it. C(variables) holds the launch
         role's variables of the options the checks read, as given (the list
-        C(tests/lint/launch_options.py) writes from the option table's C(CHECKED_OPTIONS)).
+        C(tools/write_launch_options.py) writes from the option table's C(CHECKED_OPTIONS)).
         Beside them, what only the play knows - each node's hostvars under C(nodes)
         (read once, as each read of hostvars costs the controller time per node), C(group_hosts)
         and C(play_hosts), what setup recorded on the head (C(head_torchrun), C(head_mpiexec),

@@ -5,7 +5,7 @@
 
 ``OPTIONS`` is the table. From it come the torchrun_launch module's argument spec
 (``argument_spec()``), the launch role's ``meta/argument_specs.yml`` and ``defaults/main.yml``
-and launch.yml's short names (``tests/lint/launch_options.py`` writes them; ``make lint`` fails
+and launch.yml's short names (``tools/write_launch_options.py`` writes them; ``make lint`` fails
 when they are out of date). ``problems(request)`` checks a request on the controller before
 anything on a node changes; ``resolve(request, nodes, ...)`` turns it into the renderer's
 ``Plan``. The launch role (through its filters), the module, ``torchfleet render`` and
@@ -412,7 +412,7 @@ def _scheduler_problems(request: dict) -> list[str]:
 LIST_OPTIONS = ("script_args", "files", "env_pass", "env_secrets", "mpirun_extra_args")
 RESTART_OPTIONS = ("max_restarts", "min_nodes", "restart_wait", "final_exit_codes", "spare_nodes", "rejoin_after")
 # The options problems() reads; validate.yml hands it these alone (each variable templated costs
-# the launch time), as tests/lint/launch_options.py writes them.
+# the launch time), as tools/write_launch_options.py writes them.
 CHECKED_OPTIONS = ("action", "script", *LIST_OPTIONS, "shared_storage", "run_id", "mode", "mpich_launcher",
                    "master_port", "nproc_per_node", "tree_spawn", "log_dir", *RESTART_OPTIONS, "scheduler",
                    "slurm_partition", "slurm_account", "slurm_time_limit", "slurm_gpus_per_node", "group",

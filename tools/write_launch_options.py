@@ -4,8 +4,8 @@ launch.yml maps, and the role variables validate.yml hands the request check (th
 their BEGIN/END lines: written out, as a lookup or a query of every variable costs each launch
 time).
 
-    python tests/lint/launch_options.py          # write them
-    python tests/lint/launch_options.py --check  # `make lint`: fail naming the files out of date
+    python tools/write_launch_options.py          # write them
+    python tools/write_launch_options.py --check  # `make lint`: fail naming the files out of date
 
 Add or change a launch option in the table, then run this; never edit those parts by hand.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (  # noqa: E402
@@ -27,10 +27,10 @@ SPEC = ROLE / "meta" / "argument_specs.yml"
 DEFAULTS = ROLE / "defaults" / "main.yml"
 PLAYBOOK = ROOT / "playbooks" / "launch.yml"
 VALIDATE = ROLE / "tasks" / "validate.yml"
-WRITER = "tests/lint/launch_options.py from the option table in plugins/module_utils/_launch_request.py"
-BEGIN = "      # BEGIN names written by tests/lint/launch_options.py: do not edit\n"
+WRITER = "tools/write_launch_options.py from the option table in plugins/module_utils/_launch_request.py"
+BEGIN = "      # BEGIN names written by tools/write_launch_options.py: do not edit\n"
 END = "      # END names\n"
-VARIABLES_BEGIN = "        # BEGIN variables written by tests/lint/launch_options.py: do not edit\n"
+VARIABLES_BEGIN = "        # BEGIN variables written by tools/write_launch_options.py: do not edit\n"
 VARIABLES_END = "        # END variables\n"
 
 
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
     if "--check" in argv:
         for path in stale:
             print(f"{path.relative_to(ROOT)} is not what the launch option table says: run "
-                  f"python tests/lint/launch_options.py and commit the result", file=sys.stderr)
+                  f"python tools/write_launch_options.py and commit the result", file=sys.stderr)
         return 1 if stale else 0
     for path in stale:
         path.write_text(wanted[path])
