@@ -20,6 +20,7 @@ import enum
 import glob
 import json
 import os
+import pwd
 import queue
 import re
 import select
@@ -303,8 +304,24 @@ def read_state(run_dir: str) -> dict | None:
 RUNS_INDEX = "~/.local/state/torchfleet/runs"
 
 
-def runs_index() -> str:
-    return os.path.expanduser(RUNS_INDEX)
+def runs_index(account: str = "") -> str:
+    """The index of `account`'s runs (this process's account's by default)."""
+    return os.path.expanduser(RUNS_INDEX.replace("~", f"~{account}", 1))
+
+
+def owner_of(log_dir: str) -> str:
+    """The account whose runs a log dir, as given, holds: `~ACCOUNT/...` names it; else the owner
+    of its nearest directory that exists (root following the training account's runs reads that
+    account's index)."""
+    if log_dir.startswith("~"):
+        return log_dir[1:].split("/", 1)[0]
+    path = os.path.abspath(log_dir)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return pwd.getpwuid(os.stat(path).st_uid).pw_name
+    except (OSError, KeyError):
+        return ""
 
 
 def index_run(index: str, run_id: str, run_dir: str) -> None:
@@ -845,9 +862,10 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in ("follow", "print"):
         sys.stderr.write("usage: follow|print RUN_DIR|LOG_DIR [0|all|none|rank:N|node:HOST] [start|now] [TAIL]\n")
         return 2
-    where, index = os.path.expanduser(argv[1]), runs_index()
+    where = os.path.expanduser(argv[1])
     if not os.path.exists(os.path.join(where, STATE_FILE)):
-        # LOG_DIR/RUN_ID of a run with a log_dir of its own: the index knows where it is.
+        # LOG_DIR/RUN_ID of a run with a log_dir of its own: its account's index knows where it is.
+        index = runs_index(owner_of(argv[1]))
         indexed = run_dir_of(os.path.dirname(where), os.path.basename(where), index)
         run_id = None if indexed != where else newest_run(where, index)
         if indexed != where:

@@ -158,3 +158,15 @@ def test_a_run_with_a_log_dir_of_its_own_is_found_through_the_index(tmp_path):
     # Indexed again (a restart's directory): the link is replaced, never doubled.
     rr.index_run(str(index), "tf-b", str(tmp_path / "shared" / "tf-b"))
     assert sorted(os.listdir(index)) == ["tf-a", "tf-b", "tf-gone"]
+
+
+def test_the_index_read_is_that_of_the_account_whose_runs_they_are(tmp_path):
+    import getpass
+
+    me = getpass.getuser()
+    assert rr.runs_index() == os.path.expanduser("~/.local/state/torchfleet/runs")
+    assert rr.runs_index("torchfleet") == os.path.expanduser("~torchfleet/.local/state/torchfleet/runs")
+    assert rr.owner_of("~torchfleet/torchfleet/runs/tf-1") == "torchfleet"
+    assert rr.owner_of("~/torchfleet/runs") == ""
+    # A path: the owner of its nearest directory that exists (root reading another account's runs).
+    assert rr.owner_of(str(tmp_path / "runs" / "tf-1")) == me
