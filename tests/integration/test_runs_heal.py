@@ -13,11 +13,12 @@ import uuid
 
 import pytest
 
-from ready_cluster import NODES, training_result
-from test_faults import (LAUNCH_TIMEOUT, NETWORK, RUNS, SHORT_TOLERANCE, STARTED_WITHIN, Background,
-                         checkpointed, docker, head_record, reconnect, wait_until)
+from ready_cluster import NAME, NODES, training_result
+from test_faults import (LAUNCH_TIMEOUT, RUNS, SHORT_TOLERANCE, STARTED_WITHIN, Background, checkpointed,
+                         docker, head_record, wait_until)
 from test_faults import restored  # noqa: F401 pylint: disable=unused-import
 from test_run_lifecycle import runs_json
+from torchfleet import devcluster
 
 pytestmark = pytest.mark.cluster
 SITE = "/opt/torchfleet/envs/torchfleet/lib/python3.11/site-packages"
@@ -127,15 +128,14 @@ def test_a_node_back_with_another_environment_is_not_taken_back_and_the_record_s
 
 def test_a_run_launched_with_a_node_down_starts_on_the_others_and_grows_to_it(cluster):
     run_id = f"tf-late-{uuid.uuid4().hex[:8]}"
-    # Down before the launch (off the cluster network; the `restored` fixture puts it back if the
-    # test does not).
-    assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
+    # Down (stopped) before the launch; the `restored` fixture starts it if the test does not.
+    assert docker("stop", "--time", "1", NODES[2]).returncode == 0
     launch = healing_run(cluster, run_id, 12, "-e", "max_restarts=1", "-e", "min_nodes=2", "-e", "rejoin_after=3")
     try:
         wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint", launch)
         first = head_record(run_id)
         assert (first["nodes"], first["world_size"]) == (NODES[:2], 2), first
-        reconnect(NODES[2], 2)
+        assert devcluster.restore_node(NAME, 2) == [f"started {NODES[2]}"]
         wait_until(lambda: head_record(run_id).get("restarts") == 1, 120, "the growth", launch)
         rc, output, _took = launch.wait(LAUNCH_TIMEOUT * 5)
     finally:
