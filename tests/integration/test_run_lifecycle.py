@@ -418,6 +418,8 @@ def test_logs_of_one_rank_one_node_and_the_last_lines_of_a_live_run(cluster):
         assert ranks == {"4", "5"}, node2.stdout[-2000:]
         last = torchfleet(cluster, "logs", run_id, "--tail", "2")
         shown = [line for line in last.stdout.splitlines() if not line.startswith("# ")]
-        assert len(shown) == 2 and shown[-1].startswith("epoch "), last.stdout
+        # An epoch's line, then its checkpoint's (examples/train.py): the last two lines of either.
+        assert len(shown) == 2 and all(line.startswith(("epoch ", "TORCHFLEET_CHECKPOINT ")) for line in shown), \
+            last.stdout
     finally:
         assert torchfleet(cluster, "stop", run_id).returncode == 0
