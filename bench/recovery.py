@@ -90,7 +90,7 @@ class Cluster:
         return docker("exec", "-u", user, node, "sh", "-c", command)
 
     def take_away(self, way, node):
-        if way == "kill":
+        if way in ("kill", "spare"):  # the spare's way: a node killed, a spare ready
             docker("kill", node, check=True)
         elif way in ("pause", "blip"):
             docker("pause", node, check=True)
