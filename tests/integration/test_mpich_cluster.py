@@ -92,9 +92,10 @@ def test_hydra_runs_train_py_on_six_workers(mpich):
     # The launcher by its full path, Hydra's ssh launcher, the cluster interface for its proxies.
     assert record["command"].startswith("/usr/bin/mpiexec.hydra -launcher ssh -n 3 -ppn 1 -f ")
     assert "-iface eth0" in record["command"]
-    # Every node keeps its torchrun's per-worker logs: its ranks' output, there alone.
+    # Every node keeps its torchrun's per-worker logs in a directory of its own (its node rank):
+    # its ranks' output, there alone.
     for index, node in enumerate(NODES):
-        rc, found = node_sh(node, f"cat {RUNS}/hydra-train/workers/*/attempt_0/*/stdout.log")
+        rc, found = node_sh(node, f"cat {RUNS}/hydra-train/workers/node{index}/*/attempt_0/*/stdout.log")
         assert rc == 0, found
         hosts = set(re.findall(r"^TORCHFLEET_RANK .* host=(node\d) ", found, re.M))
         assert hosts == {f"node{index}"}, found[-2000:]
