@@ -230,10 +230,9 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
     # A lost node replaced by a spare or a node back, or nodes added: named in the record.
     run.joined = [name for name in rendered.nodes if name not in previous]
     run.left = [name for name in previous if name not in rendered.nodes]
-    swap = f"; {', '.join(run.joined)} in" if run.joined else ""
-    swap += f", {', '.join(run.left)} out" if run.left and run.joined else (f"; {', '.join(run.left)} out" if run.left else "")
+    swap = ", ".join([f"{name} in" for name in run.joined] + [f"{name} out" for name in run.left])
     said = (f"torchfleet: attempt {attempt} of run {run.plan.run_id} begins at {now_iso()} on "
-            f"{', '.join(rendered.nodes)} (world size {rendered.world_size}, port {port}{swap}); attempt "
+            f"{', '.join(rendered.nodes)} (world size {rendered.world_size}, port {port}{'; ' + swap if swap else ''}); attempt "
             f"{attempt - 1} ended: {cause}\n")
     with open(run.plan.paths["launcher"], "a", encoding="utf-8") as log:
         log.write(said)
