@@ -389,8 +389,9 @@ def start_run(module, control_dir):
     )
     if _caller_gone():
         # Interrupted before the run started (Ctrl-C of torchfleet launch, whose stop waits for
-        # this lock): start nothing. Nobody reads a result; exiting lets the lock go.
-        os._exit(1)
+        # this lock): start nothing. Nobody reads a result; exiting lets the lock go, and through
+        # SystemExit run_started closes the ssh masters (os._exit left them for their 60 s).
+        raise SystemExit(1)
     package = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
     if slurm:
         try:
