@@ -213,7 +213,8 @@ def _start(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
         outcome = _playbook(args, "launch", ctrl_c=ctrl_c, run_id=run_id, detach=True,
                             **{key: value for key, value in (("max_restarts", args.max_restarts),
                                                              ("min_nodes", args.min_nodes),
-                                                             ("spare_nodes", getattr(args, "spare_nodes", None)))
+                                                             ("spare_nodes", getattr(args, "spare_nodes", None)),
+                                                             ("share_nodes", getattr(args, "share_nodes", None) or None))
                                if value is not None},
                             **launch_vars)
         if ctrl_c.heard:  # the playbook was ended; the head refuses to start what it had not
@@ -483,7 +484,7 @@ def _read_runs(args: argparse.Namespace, run_id: str | None = None):
     outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps(module_args),
                      found["head"], ["--become", "--become-user", found["user"]])
     answer = next((item["res"] for item in outcome.progress.results), {})
-    return outcome, dict(found, head_now=answer.get("now")), answer.get("runs", [])
+    return outcome, dict(found, head_now=answer.get("now"), others=answer.get("others", [])), answer.get("runs", [])
 
 
 def _listed(run: dict) -> dict:
@@ -510,11 +511,18 @@ def _runs(args: argparse.Namespace) -> int:
         return _finish(args, outcome, {})
     if args.prune:
         return _prune(args, found, runs)
-    runs = [run for run in runs if args.state is None or run.get("state") == args.state][:args.count]
+    listed = [_listed(run) for run in runs]
+    if args.all_users:  # every account's: this one's records, and the other accounts' runs alive on the head
+        listed = [dict(run, account=found["user"]) for run in listed] + [
+            {"run_id": entry["run_id"], "account": entry["account"], "state": entry["state"],
+             "started": entry.get("started"), "world_size": entry.get("world_size")} for entry in found["others"]]
+        listed.sort(key=lambda run: run.get("started") or "", reverse=True)
+    runs = [run for run in listed if args.state is None or run.get("state") == args.state][:args.count]
     if args.json:
-        print(json.dumps([_listed(run) for run in runs], indent=1))
+        print(json.dumps(runs, indent=1))
         return 0
-    print(f"{'RUN':<28} {'STATE':<10} {'RC':>4} {'STARTED (HEAD, UTC)':<26} {'DURATION':>9} {'WORLD':>5} "
+    owner = f"{'ACCOUNT':<14} " if args.all_users else ""
+    print(f"{'RUN':<28} {owner}{'STATE':<10} {'RC':>4} {'STARTED (HEAD, UTC)':<26} {'DURATION':>9} {'WORLD':>5} "
           f"{'RESTARTS':>8}  FAILED [JOB]")
     for run in runs:
         failed = (f"rank {run['failed_rank']} on {run['failed_host']}" if run.get("failed_rank") is not None
@@ -527,7 +535,8 @@ def _runs(args: argparse.Namespace) -> int:
             failed = f"{failed}  [{job}]".strip()
         duration = f"{run['duration']:.1f}s" if isinstance(run.get("duration"), (int, float)) else "-"
         rc = "-" if run.get("rc") is None else str(run["rc"])
-        print(f"{run['run_id']:<28} {run['state']:<10} {rc:>4} {run.get('started') or '-':<26} "
+        owner = f"{run['account']:<14} " if args.all_users else ""
+        print(f"{run['run_id']:<28} {owner}{run['state']:<10} {rc:>4} {run.get('started') or '-':<26} "
               f"{duration:>9} {run.get('world_size') or '-':>5} {run.get('restarts') or 0:>8}  {failed}")
     return 0
 
@@ -595,10 +604,14 @@ def _status(args: argparse.Namespace) -> int:
         _check_run_id(args.run_id)
         return _run_status(args)
     outcome, alive = _alive(args)
+    # Other accounts' runs on each node, from its run board: shown, never this account's to stop.
+    others = {item["host"]: item["res"].get("others", []) for item in outcome.progress.results}
     if not args.json:
         for host in sorted(alive):
-            print(f"{host:<24} {', '.join(alive[host]) if alive[host] else 'idle'}")
-    return _finish(args, outcome, {"runs": alive})
+            said = alive[host] + [f"{entry['run_id']} (account {entry['account']}, {entry['state']})"
+                                  for entry in others.get(host, [])]
+            print(f"{host:<24} {', '.join(said) if said else 'idle'}")
+    return _finish(args, outcome, {"runs": alive, "others": others})
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -711,6 +724,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--spare-nodes", type=int, metavar="N",
                            help="with --max-restarts: keep the group's last N nodes out of the world, "
                                 "ready to replace a lost node so the world size does not change")
+            p.add_argument("--share-nodes", action="store_true",
+                           help="launch even where another account's torchfleet run is alive on the "
+                                "nodes (refused by default, naming that run)")
             p.add_argument("--scheduler", choices=["none", "slurm"],
                            help="slurm: submit the run as a Slurm batch job with sbatch on the head "
                                 "(-e slurm_partition=, slurm_account=, slurm_time_limit=); default: "
@@ -777,6 +793,8 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--state", choices=[*ACTIVE_STATES, "succeeded", "failed", "stopped", "timed_out", "lost"],
                       help="only runs in this state")
     runs.add_argument("-n", dest="count", type=int, metavar="N", help="only the N newest (after --state)")
+    runs.add_argument("--all-users", action="store_true",
+                      help="also other accounts' runs alive on the head (its run board), with each run's account")
     runs.set_defaults(func=_runs)
     # Its own options (torchfleet doctor --help): main() hands the rest of the line to it.
     sub.add_parser("doctor", add_help=False, help="check the cluster before a run: ssh mesh, versions, "

@@ -83,7 +83,8 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     # The home setup recorded (cluster_user's fact), else the role's own default: a path a shell
     # takes as it is when the command is pasted (a quoted ~user would not be expanded).
     user = request.get("user", "torchfleet")
-    home = ((head_facts.get("cluster_user_account") or {}).get("home") or extra.get("cluster_user_home")
+    recorded = head_facts.get("cluster_user_account") or {}  # the account setup last made: maybe another
+    home = ((recorded.get("home") if recorded.get("name") in (None, user) else None) or extra.get("cluster_user_home")
             or first.get("cluster_user_home") or ("/root" if user == "root" else f"/home/{user}"))
     workdir = request.get("workdir", f"{home}/torchfleet")
     run_id = request.get("run_id") or lp.new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))

@@ -51,16 +51,41 @@ def head_preflight(module, plan, run_dir, head):
                              f"give a new run_id or leave it unset", run_id=plan.run_id)
 
 
-def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_miss: int = 0) -> tuple[dict, list]:
+def others_listed(others) -> str:
+    """Other accounts' runs alive on nodes ([{node, run_id, account, started, world_size, state}]),
+    one phrase per run, as a refusal names them."""
+    runs: dict = {}
+    for entry in others:
+        runs.setdefault((entry["account"], entry["run_id"]), []).append(entry)
+    return "; ".join(
+        f"run {run_id} of account {account} ({found[0]['state']}, started {found[0].get('started', '?')}, "
+        f"world size {found[0].get('world_size', '?')}) on {', '.join(entry['node'] for entry in found)}"
+        for (account, run_id), found in sorted(runs.items()))
+
+
+def withdraw_entries(module, plan, names, control_dir=None) -> None:
+    """Take this launch's entries off the run board of the nodes `names`: it starts nothing."""
+    nodes = [node for node in plan.nodes if node.name in names]
+    ssh = module.get_bin_path("ssh", required=False)
+    if nodes and (ssh or [node.name for node in nodes] == [plan.head]):
+        probe_nodes(nodes, plan.head, ssh, plan.python, {node.name: {"withdraw": plan.run_id} for node in nodes},
+                    timeout=10, control_dir=control_dir)
+
+
+def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_miss: int = 0,
+                    entry: dict | None = None) -> tuple[dict, list]:
     """Everything the start would trip over, on every node, before anything changes: a node ssh
-    cannot reach, a run alive anywhere, the head's address, port and run id. Returns the files
-    that are missing or stale on each node ({path: SHA-1} `expect`), {name: [paths]}, and the
-    nodes ssh cannot reach, of which up to `may_miss` (never the head) are left to the run to
-    grow to later (min_nodes with max_restarts) rather than refused."""
+    cannot reach, a run alive anywhere (this account's, or another's on the run board), the head's
+    address, port and run id. Returns the files that are missing or stale on each node ({path:
+    SHA-1} `expect`), {name: [paths]}, and the nodes ssh cannot reach, of which up to `may_miss`
+    (never the head) are left to the run to grow to later (min_nodes with max_restarts) rather
+    than refused. The run's board `entry` is written on every node that answers (none in check
+    mode), and named in `module.announced` for run_started to take back if nothing starts."""
     head = next(node for node in plan.nodes if node.name == plan.head)
     nodes = plan.nodes if module.params["check_nodes"] else [head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
-    request = {"expect": expect, "interfaces": len(nodes) > 1}
+    request = {"expect": expect, "interfaces": len(nodes) > 1,
+               "board": {"entry": None if module.check_mode else entry, "share": module.params["share_nodes"]}}
     if module.params["expect_packages"]:
         request["packages"] = {"python": plan.python, "expect": module.params["expect_packages"]}
     answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: request for node in nodes},
@@ -75,11 +100,23 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
                              f"node back, or run setup.yml again if its address or host key changed",
                          unreachable=lost, run_id=plan.run_id)
     order = [name for name in order if name not in missed]
+    module.announced = [name for name in order if answers[name].get("announced")]
     runs = [{"node": name, **run} for name in order for run in group_runs(answers[name]["runs"])]
     if runs:
         module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {runs_listed(runs)}. "
                              f"Stop it first with {STOP_HINT}, then launch again", runs=runs,
                          run_id=plan.run_id)
+    others = [{"node": name, **entry} for name in order for entry in answers[name].get("others", [])]
+    if others and not module.params["share_nodes"]:
+        module.fail_json(msg=f"refusing to launch: another account's torchfleet run is alive on these nodes: "
+                             f"{others_listed(others)}. Two runs on one set of nodes slow or starve each other "
+                             f"(GPU memory, NCCL, the network): wait for it to end (torchfleet status shows it), "
+                             f"or share the nodes on purpose with -e share_nodes=true (--share-nodes)",
+                         others=others, run_id=plan.run_id)
+    boardless = [name for name in order if answers[name].get("announced") is False]
+    if boardless and entry and not module.check_mode:
+        module.warn(f"no run board on {', '.join(boardless)} (set up by an older torchfleet): other accounts' "
+                    f"launches cannot see this run there. Run setup.yml again to make it")
     by_name = {node.name: node for node in nodes}
     changed = [said for said in (interface_change(by_name[name], answers[name].get("interfaces")) for name in order)
                if said]

@@ -110,6 +110,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("tree_spawn", "bool", "Let Open MPI's daemons start further daemons over ssh (hundreds of "
            "nodes); every node must then hold the cluster's private key.", default=False,
            short="tree_spawn"),
+    Option("share_nodes", "bool", "Launch even where another account's torchfleet run is alive on the "
+           "nodes (the run board, set up on every node); false refuses such a launch, naming that run.",
+           default=False, short="share_nodes"),
     Option("workdir", "str", "The training account's directory for torchfleet on the nodes (setup's "
            "cluster_user_workdir).", module=False, default="~/torchfleet", short="cluster_user_workdir"),
     Option("log_dir", "path", "Directory on the nodes holding one directory of logs per run; absolute, "

@@ -28,7 +28,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe imp
     files_to_place,
     write_file,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, now_iso
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
     ACTIVE,
     PLAN_FILE,
@@ -52,6 +52,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes 
     preflight_nodes,
     ranks_started,
     send_files,
+    withdraw_entries,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (
     head_reaches_nodes,
@@ -149,11 +150,15 @@ def run_started(module):
     control_dir = ssh_masters(module)
     module.supervised = False
     module.launch_lock = None
+    module.announced = []
+    module.plan = None
     try:
         start_run(module, control_dir)
     finally:
         # fail_json and exit_json end the module through SystemExit: this runs after them too.
         # Once the supervisor runs, mpirun's daemons ride the masters and the supervisor closes them.
+        if module.announced and not module.supervised:
+            withdraw_entries(module, module.plan, module.announced, control_dir)
         if control_dir and not module.supervised:
             # Not required=True: a missing ssh has failed the module already, with its own message.
             close_ssh_masters(module.get_bin_path("ssh"), control_dir,
@@ -312,6 +317,7 @@ def start_run(module, control_dir):
     run_id = p["run_id"] or new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
     run_dir = os.path.join(p["log_dir"], run_id)
     plan, rendered, secret_values, paths = build(module, run_id, run_dir, control_dir)
+    module.plan = plan
     result = {
         "changed": False, "run_id": run_id, "argv": rendered.argv, "command": rendered.command,
         "hostfile": rendered.hostfile, "hostfile_path": plan.hostfile_path,
@@ -345,7 +351,9 @@ def start_run(module, control_dir):
     world = list(rendered.nodes)
     size = len(world)
     may_miss = len(world) - p["min_nodes"] if p["min_nodes"] and p["max_restarts"] and not slurm else 0
-    stale, missed = preflight_nodes(module, plan, run_dir, digests, control_dir, may_miss=may_miss)
+    entry = {"run_id": run_id, "head": plan.head, "nodes": list(rendered.nodes), "world_size": rendered.world_size,
+             "started": now_iso()}
+    stale, missed = preflight_nodes(module, plan, run_dir, digests, control_dir, may_miss=may_miss, entry=entry)
     if missed:
         reachable = [node.name for node in plan.nodes if node.name not in missed]
         world = attempt_nodes(reachable, world, size)

@@ -9,6 +9,7 @@ import time
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.board import others_alive
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import find_run_processes, stop_processes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import process_start
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import group_runs
@@ -43,7 +44,10 @@ def run_stopped(module):
     jobs = slurm.run_jobs({run_id} if run_id else None)
     result = {"changed": bool(procs or jobs), "runs": group_runs(procs),
               "stopped": [{key: proc[key] for key in ("pid", "run_id", "cmdline")}
-                          for proc in procs], "jobs": jobs}
+                          for proc in procs], "jobs": jobs,
+              # Other accounts' runs announced here and alive: never stopped, only shown (status).
+              "others": [{key: entry.get(key) for key in ("run_id", "account", "state", "started", "world_size", "head")}
+                         for entry in others_alive()]}
     if module.check_mode or not (procs or jobs):
         module.exit_json(**result)
     stop_supervisors(procs, module.params["stop_grace"])

@@ -264,6 +264,14 @@ options:
     description: Seconds a restart waits for O(min_nodes) nodes to answer.
     type: int
     default: 300
+  share_nodes:
+    description:
+      - Launch even where another account's torchfleet run is alive on the nodes. Every launch
+        announces its run on the run board of each of its nodes (C(/var/lib/torchfleet/board), made
+        by setup) before anything starts; V(false) refuses a launch onto nodes where another
+        account's run is announced and alive, naming the run, its account, its start and world size.
+    type: bool
+    default: false
   spare_nodes:
     description:
       - Nodes of O(nodes) kept out of the world, the last ones (never O(head)), checked and given the
@@ -768,6 +776,30 @@ survivors:
   returned: when a process survived
   type: list
   elements: int
+others:
+  description:
+    - Other accounts' runs announced on the run board and alive. With O(state=stopped), those on
+      this node (never stopped, only shown); with O(state=started), when they refused the launch,
+      on any node (with C(node)).
+  returned: state=stopped; state=started when another account's run refused the launch
+  type: list
+  elements: dict
+  contains:
+    run_id:
+      description: The other run's id.
+      type: str
+    account:
+      description: The account that launched it (the owner of its board entry).
+      type: str
+    state:
+      description: V(running) (a process of its account names it), or V(starting).
+      type: str
+    started:
+      description: When it was launched (the launching head's clock, UTC).
+      type: str
+    world_size:
+      description: Its world size at launch.
+      type: int
 stopped:
   description: The processes stopped (in check mode, those that would be).
   returned: state=stopped

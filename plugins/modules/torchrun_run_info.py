@@ -15,6 +15,8 @@ description:
     the head, under O(log_dir), and those of runs launched with a log_dir of their own, which
     the account's index of runs on the head (C(~/.local/state/torchfleet/runs), a link per run)
     names; returns them newest first. Changes nothing.
+  - Other accounts' records are theirs to read; their runs alive on the head are returned apart
+    (RV(others)), from the run board every launch announces its run on.
   - A record that says V(running) while its supervisor is gone (killed, out of memory, the head
     rebooted) is returned as V(lost), never as V(running).
   - Directories of runs without a record (started before runs had supervisors) are left out.
@@ -70,6 +72,14 @@ now:
   returned: always
   type: float
   sample: 1796040000.5
+others:
+  description:
+    - Other accounts' runs alive on the head, from its run board (C(/var/lib/torchfleet/board)), each
+      with C(run_id), C(account) (the owner of the entry), C(state) (V(running) or V(starting)),
+      C(started), C(world_size), C(head) and C(nodes). Their records are their accounts' own.
+  returned: always
+  type: list
+  elements: dict
 runs:
   description: The runs' records, newest first.
   returned: always
@@ -170,6 +180,7 @@ runs:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.board import others_alive
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import list_runs, runs_index
 
 
@@ -185,7 +196,10 @@ def main():
     if run_id is not None and (not run_id or "/" in run_id or run_id in (".", "..")):
         module.fail_json(msg=f"run_id {run_id!r} is not a run id (tf-YYYYMMDD-HHMMSS-xxxxxx or "
                              f"the one given at launch); leave it out to list every run")
-    module.exit_json(changed=False, runs=list_runs(module.params["log_dir"], run_id, runs_index()), now=time.time())
+    others = [{key: entry.get(key) for key in ("run_id", "account", "state", "started", "world_size", "head", "nodes")}
+              for entry in others_alive() if run_id is None or entry["run_id"] == run_id]
+    module.exit_json(changed=False, runs=list_runs(module.params["log_dir"], run_id, runs_index()), others=others,
+                     now=time.time())
 
 
 if __name__ == "__main__":

@@ -11,15 +11,17 @@
   of a run's output (`python3 -S -m _head.record follow RUN_DIR`);
 - report: what a run's logs say (the failing rank) and the words of every end;
 - probe: what a launch asks of each node (`python3 -S -m _head.probe`, a JSON request on stdin);
+- board: the run board, where each node's runs announce themselves to every account;
 - fanout: the head's ssh to the other nodes (probes, the clean-up, the ssh masters).
 
 The launch module installs the package once per version on the head (a directory named for the
 digest of its files, see _launch_start.install_head_package): every run of that version starts
 from it, and a run restarted by hand starts from the version that restarts it. The files are imported within the package by relative
 imports alone, so the package works under any name: ansible_collections...module_utils._head
-(module, filters, CLI) and `_head` on the head. record.py and probe.py import nothing of the
-package: they also travel alone, as the text of one `python3 -S -c` argument (the follower from
-the controller, the probe to the other nodes).
+(module, filters, CLI) and `_head` on the head. record.py imports nothing of the package: it
+also travels alone, as the text of one `python3 -S -c` argument (the follower from the
+controller); the probe travels to the other nodes with the board it reads, the two files made
+one program (fanout.program).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import os
 
 # The package's files, as the launch module copies them to the head.
-FILES = ("__init__", "attempts", "fanout", "guardian", "liveness", "node_checks", "probe", "record", "report",
+FILES = ("__init__", "attempts", "board", "fanout", "guardian", "liveness", "node_checks", "probe", "record", "report",
          "slurm", "slurm_job", "supervisor", "transitions")
 
 

@@ -24,10 +24,32 @@ PROBE_FANOUT = 64
 MASTER_PERSIST = 60
 
 
+# A program of several of the package's files as one `python -c` argument: each file's text made
+# a module of a package `_head` (so their relative imports hold), in order, then MAIN's main().
+LOADER = """
+import sys, types
+package = types.ModuleType("_head")
+package.__path__ = []
+sys.modules["_head"] = package
+for name, text in SOURCES:
+    module = types.ModuleType("_head." + name)
+    module.__package__ = "_head"
+    sys.modules[module.__name__] = module
+    exec(compile(text, name + ".py", "exec"), module.__dict__)
+sys.exit(sys.modules["_head." + MAIN].main())
+"""
+
+
+def program(names: tuple, main: str) -> str:
+    """The text of a program made of the package's files `names` (each before those importing
+    it) that runs `main`'s main()."""
+    return f"SOURCES = {[(name, source(name)) for name in names]!r}\nMAIN = {main!r}\n" + LOADER
+
+
 def probe_command(python: str) -> str:
     # ssh hands the remote side one command line, quoted here; the request travels on stdin.
     # -S: the probe needs the standard library alone, not the environment's site-packages.
-    return shlex.join([python, "-S", "-c", source("probe")])
+    return shlex.join([python, "-S", "-c", program(("board", "probe"), "probe")])
 
 
 def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,

@@ -1,9 +1,9 @@
 """What a launch needs to know of each node, and the files it puts there.
 
 The launch module runs on the head. It calls these functions there, and runs this same file on
-every other node over the cluster's own ssh (`python -c <this file>`, the request as JSON on
-stdin), in parallel, the way mpirun reaches the nodes a moment later. So this file imports only
-the standard library and nothing of Ansible.
+every other node over the cluster's own ssh (`python -c <board.py and this file>`, see
+fanout.program; the request as JSON on stdin), in parallel, the way mpirun reaches the nodes a
+moment later. So this file imports only the standard library and the board, nothing of Ansible.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from .board import announce, others_alive, sweep_own, withdraw
 
 RUN_ID_VAR = "TORCHFLEET_RUN_ID"
 # Set (to the run id) in the environment of a run's supervisor on the head, beside RUN_ID_VAR.
@@ -435,9 +437,20 @@ def probe(request: dict) -> dict:
     missing or differ; with `stop` ({run_id, grace}), ends what is left of that run here and
     names what was stopped and what survived; with `tail` ({pattern, lines}), the end of that log;
     with `packages` ({python, expect}), how that environment differs from what setup installed;
-    with `interfaces` (true), the node's interfaces and their IPv4 addresses.
+    with `interfaces` (true), the node's interfaces and their IPv4 addresses; with `board`
+    ({entry, share}), other accounts' runs alive here (`others`), and this run's entry written
+    unless there are some and `share` is false (`announced`: false where the node has no board);
+    with `withdraw` (a run id), this account's entry for it removed.
     An empty request only shows that the node answers."""
     answer = {}
+    if "board" in request:
+        answer["others"] = others_alive()
+        answer["announced"] = None
+        if not answer["others"] or request["board"]["share"]:
+            sweep_own()
+            answer["announced"] = announce(request["board"]["entry"])
+    if "withdraw" in request:
+        withdraw(request["withdraw"])
     if "write" in request:
         for path, content in sorted(request["write"].items()):
             write_file(path, base64.b64decode(content))

@@ -1,0 +1,97 @@
+"""Two accounts on one cluster without Slurm: a launch onto nodes where another account's run is
+alive is refused, naming that run and its account, whatever port it picks; `status` and `runs
+--all-users` show the other account's run; --share-nodes shares the nodes on purpose.
+
+The cluster is the session's shared one. The second account (tfbob) is set up with a fact cache
+of its own, so that the session's cached facts stay the first account's.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ready_cluster import NODES, REPO, run
+
+pytestmark = pytest.mark.cluster
+BOB = "tfbob"
+ENDLESS = ["--use-syn", "--no-wandb", "--epochs", "1000", "--sleep", "0.2", "--out-dir", "/tmp"]
+LIMIT = 300
+
+
+def torchfleet(env, cluster, command, *args):
+    return subprocess.run([sys.executable, "-m", "torchfleet", command, "-i", str(cluster.inventory), *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=LIMIT, check=False)
+
+
+@pytest.fixture(scope="module")
+def bob(cluster, tmp_path_factory):
+    """The environment of the second account's commands: its own fact cache, set up once."""
+    facts = tmp_path_factory.mktemp("bob") / "facts"
+    shutil.copytree(cluster.env["ANSIBLE_CACHE_PLUGIN_CONNECTION"], facts)
+    env = dict(cluster.env, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts))
+    result = run(["ansible-playbook", "setup.yml", "-i", str(cluster.inventory), "-e", f"cluster_user_name={BOB}",
+                  "-e", f"ssh_trust_key_file={cluster.key}"], env=env, timeout=1800)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return env
+
+
+def test_another_accounts_launch_is_refused_naming_the_run_and_status_shows_it(cluster, bob):
+    started = torchfleet(cluster.env, cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1",
+                         "--detach", "--", *ENDLESS)
+    assert started.returncode == 0, started.stderr[-3000:]
+    run_id = started.stdout.split()[1]
+    shared = None
+    try:
+        # Another port too: the board, not the port, tells that the nodes are taken.
+        refused = torchfleet(bob, cluster, "launch", "examples/train.py", "-e", f"cluster_user_name={BOB}",
+                             "-e", "master_port=29650", "-e", "nproc_per_node=1", "--", *ENDLESS)
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode != 0, refused.stdout[-2000:]
+        print(said[said.find("refusing to launch"):][:700])
+        assert (f"another account's torchfleet run is alive on these nodes: run {run_id} of account torchfleet "
+                f"(running, started 20") in said, said[-3000:]
+        assert "world size 3" in said and NODES[0] in said and "share_nodes=true" in said, said[-3000:]
+        assert not _alive_of(BOB), "the refused launch left a process"
+        # Bob sees the other account's run: on each node (status) and on the head (runs --all-users).
+        status = torchfleet(bob, cluster, "status", "-e", f"cluster_user_name={BOB}", "--json")
+        assert status.returncode == 0, status.stderr[-3000:]
+        others = json.loads(status.stdout)["others"]
+        assert {node: [(entry["run_id"], entry["account"]) for entry in others[node]] for node in NODES} == {
+            node: [(run_id, "torchfleet")] for node in NODES}, others
+        listed = torchfleet(bob, cluster, "runs", "-e", f"cluster_user_name={BOB}", "--all-users", "--json")
+        assert listed.returncode == 0, listed.stderr[-3000:]
+        assert [(item["run_id"], item["account"], item["state"], item["world_size"])
+                for item in json.loads(listed.stdout) if item["run_id"] == run_id] == [
+                    (run_id, "torchfleet", "running", 3)], listed.stdout
+        text = torchfleet(bob, cluster, "runs", "-e", f"cluster_user_name={BOB}", "--all-users")
+        print(text.stdout)
+        # On purpose: --share-nodes starts beside it, and the first account sees it in turn.
+        shared = torchfleet(bob, cluster, "launch", "examples/train.py", "-e", f"cluster_user_name={BOB}",
+                            "-e", "master_port=29650", "-e", "nproc_per_node=1", "--share-nodes", "--detach",
+                            "--", *ENDLESS)
+        assert shared.returncode == 0, shared.stderr[-3000:]
+        bobs_run = shared.stdout.split()[1]
+        status = torchfleet(cluster.env, cluster, "status", "--json")
+        others = json.loads(status.stdout)["others"]
+        assert all(bobs_run in [entry["run_id"] for entry in others[node]] for node in NODES), others
+    finally:
+        if shared is not None and shared.returncode == 0:
+            torchfleet(bob, cluster, "stop", "-e", f"cluster_user_name={BOB}", "--all")
+        torchfleet(cluster.env, cluster, "stop", "--all")
+    deadline = time.monotonic() + 30
+    while (_alive_of("torchfleet") or _alive_of(BOB)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not _alive_of("torchfleet") and not _alive_of(BOB)
+
+
+def _alive_of(account):
+    found = []
+    for node in NODES:
+        listing = run(["docker", "exec", node, "pgrep", "-u", account, "-a", "-f", r"train\.py|torchrun|orted"],
+                      timeout=60)
+        found += [f"{node}: {line}" for line in listing.stdout.splitlines()]
+    return found
