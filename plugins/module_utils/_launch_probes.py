@@ -63,15 +63,6 @@ def others_listed(others) -> str:
         for (account, run_id), found in sorted(runs.items()))
 
 
-def withdraw_entries(module, plan, names, control_dir=None) -> None:
-    """Take this launch's entries off the run board of the nodes `names`: it starts nothing."""
-    nodes = [node for node in plan.nodes if node.name in names]
-    ssh = module.get_bin_path("ssh", required=False)
-    if nodes and (ssh or [node.name for node in nodes] == [plan.head]):
-        probe_nodes(nodes, plan.head, ssh, plan.python, {node.name: {"withdraw": plan.run_id} for node in nodes},
-                    timeout=10, control_dir=control_dir)
-
-
 def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_miss: int = 0,
                     entry: dict | None = None) -> tuple[dict, list]:
     """Everything the start would trip over, on every node, before anything changes: a node ssh
@@ -84,8 +75,10 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
     head = next(node for node in plan.nodes if node.name == plan.head)
     nodes = plan.nodes if module.params["check_nodes"] else [head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
+    # Under Slurm, Slurm shares the nodes out: another account's run makes this one queue.
+    share = module.params["share_nodes"] or module.params["scheduler"] == "slurm"
     request = {"expect": expect, "interfaces": len(nodes) > 1,
-               "board": {"entry": None if module.check_mode else entry, "share": module.params["share_nodes"]}}
+               "board": {"entry": None if module.check_mode else entry, "share": share}}
     if module.params["expect_packages"]:
         request["packages"] = {"python": plan.python, "expect": module.params["expect_packages"]}
     answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: request for node in nodes},
@@ -107,7 +100,7 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
                              f"Stop it first with {STOP_HINT}, then launch again", runs=runs,
                          run_id=plan.run_id)
     others = [{"node": name, **entry} for name in order for entry in answers[name].get("others", [])]
-    if others and not module.params["share_nodes"]:
+    if others and not share:
         module.fail_json(msg=f"refusing to launch: another account's torchfleet run is alive on these nodes: "
                              f"{others_listed(others)}. Two runs on one set of nodes slow or starve each other "
                              f"(GPU memory, NCCL, the network): wait for it to end (torchfleet status shows it), "

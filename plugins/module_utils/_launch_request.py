@@ -184,6 +184,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("batch_whole_nodes", "bool", "With scheduler slurm, take whole nodes (--exclusive --mem=0): "
            "every CPU and all memory for a node's workers; false asks for one task's share.",
            default=True, short="batch_whole_nodes"),
+    Option("exclude", "list", "Nodes of the group left out of this run (a list, or names joined by ','), "
+           "as --limit leaves out those it does not name; never the head.", module=False, role_type="raw",
+           role_default=[], short="exclude"),
     Option("group", "str", "The inventory group of the cluster's nodes (torchfleet_group, else cluster).",
            module=False, role_default="{{ torchfleet_group | default('cluster') }}"),
     Option("head_node", "str", "The node that runs the launcher and hosts the rendezvous (torchfleet_head, "
@@ -372,15 +375,42 @@ def _start_problems(request: dict) -> list[str]:
     if unset:
         problems.append(f"These secrets are not set in the controller's environment: {', '.join(unset)}. "
                         f"Export them before running ansible-playbook (their values are never printed).")
-    # A run always spans the whole group, but with --limit the script would be copied to, and live
-    # runs looked for on, only some of the nodes.
-    left_out = [host for host in request["group_hosts"] if host not in request["play_hosts"]]
-    if left_out:
-        problems.append(f"This launch runs on {len(request['play_hosts'])} of the "
-                        f"{len(request['group_hosts'])} nodes (left out: {', '.join(left_out)}), but a run "
-                        f"always uses every node of group '{request['group']}': run without --limit (or, "
-                        f"for part of the nodes, an inventory that lists only them).")
-    return problems
+    return problems + _part_problems(request)
+
+
+def excluded_names(value) -> list[str]:
+    """The node names of `exclude`: a list, or names joined by ','."""
+    if isinstance(value, str):
+        value = value.split(",")
+    return [str(name).strip() for name in value or () if str(name).strip()]
+
+
+def run_nodes(request: dict) -> list[str]:
+    """The run's nodes: the group's (`group_hosts`) that the play has (--limit) and `exclude`
+    does not name, in the group's order."""
+    left = set(excluded_names(request.get("exclude")))
+    return [host for host in request["group_hosts"] if host in request["play_hosts"] and host not in left]
+
+
+def _part_problems(request: dict) -> list[str]:
+    """A run on part of the group (--limit, exclude): names the nodes it knows, keeps its head."""
+    if not isinstance(request.get("exclude") or [], (str, list)):
+        return [f"exclude is '{request['exclude']}': give node names, as a list or joined by ',' "
+                f"(-e exclude=node2,node3)."]
+    unknown = [name for name in excluded_names(request.get("exclude")) if name not in request["group_hosts"]]
+    if unknown:
+        return [f"exclude names {', '.join(unknown)}, not a node of group '{request['group']}' "
+                f"({', '.join(request['group_hosts'])}): give the names the inventory lists."]
+    chosen = run_nodes(request)
+    if not chosen:
+        return [f"--limit and exclude leave no node of group '{request['group']}' to run on: name at "
+                f"least the head, {request['head']}."]
+    if request["head"] not in chosen:
+        return [f"The head {request['head']} is left out of this run (by --limit or exclude), but the head "
+                f"runs the launcher and the run's supervisor and hosts the rendezvous: keep it in the run, "
+                f"or make a node of the run the head with -e torchfleet_head=NODE (set in the inventory, "
+                f"logs, runs and stop find the run there too)."]
+    return []
 
 
 def _scheduler_problems(request: dict) -> list[str]:
@@ -419,7 +449,7 @@ RESTART_OPTIONS = ("max_restarts", "min_nodes", "restart_wait", "final_exit_code
 CHECKED_OPTIONS = ("action", "script", *LIST_OPTIONS, "shared_storage", "run_id", "mode", "mpich_launcher",
                    "master_port", "nproc_per_node", "tree_spawn", "log_dir", *RESTART_OPTIONS, "scheduler",
                    "slurm_partition", "slurm_account", "slurm_time_limit", "slurm_gpus_per_node", "group",
-                   "head_node")
+                   "head_node", "exclude")
 
 
 def _from_role_variables(variables: Mapping) -> dict:
@@ -457,7 +487,7 @@ def problems(request: dict) -> list[str]:
         if shape:
             return [shape]
         found = _start_problems(request) + _scheduler_problems(request) + restart_problems(
-            request.get("restart") or {}, len(request["group_hosts"]), request["mode"],
+            request.get("restart") or {}, len(run_nodes(request)), request["mode"],
             str(request.get("scheduler") or "none"))
     if request.get("facts_pending"):
         return found  # setup's facts are read back from the nodes next, and checked then

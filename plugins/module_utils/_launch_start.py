@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import supervisor
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.attempts import attempt_nodes, spares
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import close_ssh_masters
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import close_ssh_masters, withdraw_from_board
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import (
     SUPERVISOR_VAR,
     files_to_place,
@@ -52,7 +52,6 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes 
     preflight_nodes,
     ranks_started,
     send_files,
-    withdraw_entries,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (
     head_reaches_nodes,
@@ -157,8 +156,10 @@ def run_started(module):
     finally:
         # fail_json and exit_json end the module through SystemExit: this runs after them too.
         # Once the supervisor runs, mpirun's daemons ride the masters and the supervisor closes them.
-        if module.announced and not module.supervised:
-            withdraw_entries(module, module.plan, module.announced, control_dir)
+        if module.announced and not module.supervised:  # it starts nothing
+            plan = module.plan
+            withdraw_from_board([node for node in plan.nodes if node.name in module.announced], plan.head,
+                                module.get_bin_path("ssh"), plan.python, plan.run_id, control_dir)
         if control_dir and not module.supervised:
             # Not required=True: a missing ssh has failed the module already, with its own message.
             close_ssh_masters(module.get_bin_path("ssh"), control_dir,

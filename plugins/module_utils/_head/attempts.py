@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType, SimpleNamespace
 
-from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes
+from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes, withdraw_from_board
 from .liveness import SSH_PORT, node_answers
 from .node_checks import head_copies, rejoin_problem, rejoin_request
 from .probe import end_run, find_run_processes, port_in_use
@@ -71,6 +71,10 @@ def supervise(run) -> RunRecord:
     if run.attempts:
         run.attempts[-1].update(ended=now_iso(), cause="" if state == "succeeded" else (cause or msg))
         result.update(attempts=run.attempts, restarts=len(run.attempts) - 1)
+    # The last attempt's nodes are free for another account's launch now, not STARTING_FOR after
+    # the launch (a node lost or silent is not waited for).
+    withdraw_from_board([node for node in run.nodes if node.name not in run.not_alive], plan.head,
+                        plan.ssh if plan.check_nodes else None, plan.python, plan.run_id, plan.control_dir)
     if plan.control_dir:
         close_ssh_masters(plan.ssh, plan.control_dir, [node.address for node in run.nodes if node.name != plan.head])
     return run.keeper.end(state, msg=msg, ended=now_iso(), **result)

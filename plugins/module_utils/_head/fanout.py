@@ -127,6 +127,17 @@ def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace
     return ended
 
 
+def withdraw_from_board(nodes, head: str, ssh: str | None, python: str, run_id: str,
+                        control_dir: str | None = None) -> None:
+    """Take the run's entries off the run board of `nodes` (the run ended, or never started), so
+    that another account's launch may have them at once rather than after board.STARTING_FOR."""
+    if ssh is None:  # the head alone takes no ssh
+        nodes = [node for node in nodes if node.name == head]
+    if nodes:
+        probe_nodes(nodes, head, ssh, python, {node.name: {"withdraw": run_id} for node in nodes},
+                    timeout=10, connect_timeout=5, control_dir=control_dir)
+
+
 def close_ssh_masters(ssh: str, control_dir: str, addresses) -> None:
     """End the masters in `control_dir` (a run's sessions are over by now) and remove it."""
     if ssh and addresses and os.path.isdir(control_dir) and os.listdir(control_dir):

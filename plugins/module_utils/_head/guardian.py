@@ -12,7 +12,7 @@ import sys
 from types import SimpleNamespace
 
 from . import report, slurm
-from .fanout import close_ssh_masters, end_run_on_nodes
+from .fanout import close_ssh_masters, end_run_on_nodes, withdraw_from_board
 from .probe import end_run
 from .record import SupervisorPlan
 from .transitions import Owner, abandon, read_raw
@@ -56,6 +56,8 @@ def end_everywhere(plan: SupervisorPlan, record: dict | None) -> dict:
         ended = end_run_on_nodes(nodes, plan.head, plan.ssh, plan.python, plan.run_id, plan.stop_grace)
     if survivors:
         problems.append(f"processes {', '.join(str(p['pid']) for p in survivors)} survived SIGKILL on the head")
+    withdraw_from_board(nodes, plan.head, plan.ssh if plan.check_nodes else None, plan.python, plan.run_id,
+                        plan.control_dir)
     if plan.control_dir:
         close_ssh_masters(plan.ssh, plan.control_dir, [n.address for n in nodes if n.name != plan.head])
     return {"stopped": stopped, "ended": ended, "problems": problems, "survivors": survivors}

@@ -122,6 +122,10 @@ def next_job(run, attempt: int, plan, left_out: list) -> list:
     batch = batch_writer()
     options = dict(run.plan.batch)
     slots = options.pop("slots")
+    # The nodes the launch left out (--limit, exclude: an --exclude in the script's header) stay
+    # out: sbatch's own --exclude below, for the lost nodes, would override the header's.
+    given = [arg for arg in options.get("extra_args", []) if arg.startswith("--exclude=")]
+    options["extra_args"] = [arg for arg in options.get("extra_args", []) if arg not in given]
     allocation = batch.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=run.plan.run_id)
     rendered = renderer().render(allocation)
     path = os.path.join(run.run_dir, f"job.{attempt}.sbatch")
@@ -129,6 +133,8 @@ def next_job(run, attempt: int, plan, left_out: list) -> list:
         handle.write(batch.batch_script("slurm", allocation, rendered, nodes=len(plan.nodes),
                                         job_name=run.plan.run_id, fixed_run_id=True,
                                         writer=batch.MODULE_WRITER, **options))
-    excluded = sorted(run.slurm_names[name] for name in left_out if name in run.slurm_names)
+    # Each a Slurm hostlist (node[1-3] included): joined by ',' as --exclude takes several.
+    excluded = [arg.split("=", 1)[1] for arg in given] + sorted(
+        run.slurm_names[name] for name in left_out if name in run.slurm_names)
     first = [arg for arg in run.plan.sbatch[:-1] if not arg.startswith(("--exclude=", "--open-mode="))]
     return [*first, *([f"--exclude={','.join(excluded)}"] if excluded else []), "--open-mode=append", path]

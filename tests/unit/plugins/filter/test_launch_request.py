@@ -8,6 +8,7 @@ import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.filter.launch_nodes import launch_nodes
 from ansible_collections.torchfleet.cluster.plugins.filter.launch_problems import launch_problems
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import run_nodes
 
 HOSTS = ["node0", "node1", "node2"]
 
@@ -56,17 +57,44 @@ def test_a_list_given_as_anything_else_is_said_alone(request_, key, value):
 
 def test_every_other_problem_is_named_at_once(request_):
     request_.update(script="missing.py", nproc_per_node="0", master_port=70000, log_dir="runs",
-                    play_hosts=["node0"])
+                    play_hosts=["node1", "node2"])
     request_["lists"].update(files=["data.csv", "nope.csv"], env_secrets=["TF_TEST_SECRET", "TF_TEST_UNSET"],
                              mpirun_extra_args=["--mca", "x", "y; rm -rf ~", "-np 4"])
     problems = launch_problems(request_)
     assert [p.split(" ")[0] for p in problems] == [
-        "The", "These", "nproc_per_node", "master_port", "log_dir", "mpirun_extra_args", "These", "This"]
+        "The", "These", "nproc_per_node", "master_port", "log_dir", "mpirun_extra_args", "These", "The"]
     assert "missing.py is not a file" in problems[0]
     assert problems[1] == "These files are not on the controller: nope.csv."
     assert "mpirun_extra_args holds 'y; rm -rf ~', '-np 4'" in problems[5]
     assert "environment: TF_TEST_UNSET." in problems[6]
-    assert "(left out: node1, node2)" in problems[7]
+    assert problems[7].startswith("The head node0 is left out of this run (by --limit or exclude)")
+
+
+@pytest.mark.parametrize("limit, exclude, nodes", [
+    (HOSTS, [], HOSTS), (["node0", "node2"], [], ["node0", "node2"]), (HOSTS, "node1, node2", ["node0"]),
+    (["node0", "node1"], ["node1"], ["node0"])])
+def test_limit_and_exclude_choose_the_runs_nodes_in_the_groups_order(request_, limit, exclude, nodes):
+    request_.update(play_hosts=limit, exclude=exclude)
+    assert launch_problems(request_) == []
+    assert run_nodes(request_) == nodes
+
+
+@pytest.mark.parametrize("exclude, said", [
+    (["node9"], "exclude names node9, not a node of group 'cluster' (node0, node1, node2): give the names"),
+    ("node0", "The head node0 is left out of this run (by --limit or exclude), but the head runs the launcher"),
+    ({"node1": True}, "exclude is '{'node1': True}': give node names, as a list or joined by ','"),
+])
+def test_a_bad_exclude_is_named_with_its_fix(request_, exclude, said):
+    request_["exclude"] = exclude
+    problems = launch_problems(request_)
+    assert len(problems) == 1 and problems[0].startswith(said), problems
+
+
+def test_spares_are_counted_among_the_runs_nodes_not_the_groups(request_):
+    request_.update(exclude=["node2"], restart={"max_restarts": 1, "spare_nodes": 1})
+    assert launch_problems(request_) == []
+    request_["restart"]["spare_nodes"] = 2
+    assert any(problem.startswith("spare_nodes is 2, but the run has 2 node(s)") for problem in launch_problems(request_))
 
 
 def test_shared_storage_looks_for_no_file_on_the_controller(request_):

@@ -1,6 +1,7 @@
-"""Two accounts on one cluster without Slurm: a launch onto nodes where another account's run is
-alive is refused, naming that run and its account, whatever port it picks; `status` and `runs
---all-users` show the other account's run; --share-nodes shares the nodes on purpose.
+"""A cluster a team shares. Two accounts without Slurm: a launch onto nodes where another
+account's run is alive is refused, naming that run and its account, whatever port it picks;
+`status` and `runs --all-users` show the other account's run; --share-nodes shares the nodes on
+purpose. Part of the nodes on request: --limit and -e exclude, over ssh and under Slurm.
 
 The cluster is the session's shared one. The second account (tfbob) is set up with a fact cache
 of its own, so that the session's cached facts stay the first account's.
@@ -19,6 +20,8 @@ from ready_cluster import NODES, REPO, run
 pytestmark = pytest.mark.cluster
 BOB = "tfbob"
 ENDLESS = ["--use-syn", "--no-wandb", "--epochs", "1000", "--sleep", "0.2", "--out-dir", "/tmp"]
+SHORT = ["--use-syn", "--no-wandb", "--epochs", "2", "--sleep", "0.1", "--out-dir", "/tmp"]
+RUNS = "/home/torchfleet/torchfleet/runs"
 LIMIT = 300
 
 
@@ -95,3 +98,18 @@ def _alive_of(account):
                       timeout=60)
         found += [f"{node}: {line}" for line in listing.stdout.splitlines()]
     return found
+
+
+@pytest.mark.parametrize("scheduler, choice", [("none", ["--limit", f"{NODES[0]},{NODES[2]}"]),
+                                               ("slurm", ["-e", f"exclude={NODES[1]}"])])
+def test_part_of_the_nodes_runs_on_those_alone(cluster, scheduler, choice):
+    done = torchfleet(cluster.env, cluster, "launch", "--scheduler", scheduler, *choice, "examples/train.py",
+                      "-e", "nproc_per_node=1", "--", *SHORT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    last = done.stdout.splitlines()[-1]
+    run_id = last.split()[1].rstrip(":")
+    assert last.startswith(f"run {run_id}: rc 0, world size 2, "), last
+    record = json.loads(run(["docker", "exec", NODES[0], "cat", f"{RUNS}/{run_id}/state.json"], timeout=60).stdout)
+    assert (record["state"], record["world_size"], record["nodes"]) == ("succeeded", 2, [NODES[0], NODES[2]]), record
+    if scheduler == "slurm":  # the job's nodes are the named ones: Slurm was told to leave node1 out
+        assert record["job_nodes"] == ["node0", "node2"], record
