@@ -7,7 +7,7 @@ Each round runs both ways, attached, with the same training (`examples/train.py`
 machine's stdout, and to the command's end. The order alternates, so drift in the machine's load
 hits both alike.
 
-    torchfleet cluster up --slurm --nodes 3 && ansible-playbook setup.yml -i inventory
+    torchfleet cluster up --slurm --nodes 3 && ansible-playbook setup.yml -i inventory -e scheduler=slurm
     python bench/slurm_launch.py -i inventory/local.yml --runs 5
 
 Writes bench/results/slurm_launch.json.
@@ -48,8 +48,8 @@ def main():
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "slurm_launch.json"))
     args = parser.parse_args()
-    ways = {"a_ssh": None, "b_slurm": "slurm"}
-    first_epoch(args.inventory, None)  # puts the script on the nodes; not counted
+    ways = {"a_ssh": "none", "b_slurm": "slurm"}  # explicit: with Slurm set up, slurm is the default
+    first_epoch(args.inventory, "none")  # puts the script on the nodes; not counted
     found = {name: {"first_epoch": [], "end": []} for name in ways}
     for round_ in range(args.runs):
         order = list(ways) if round_ % 2 == 0 else list(reversed(ways))

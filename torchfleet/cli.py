@@ -26,7 +26,10 @@ def _cluster(args: argparse.Namespace) -> int:
         name = devcluster.validate_name(args.name)
         inventory = Path(args.inventory) if args.inventory else None
         if args.action == "up":
-            devcluster.up(name=name, nodes=args.nodes, inventory=inventory, slurm=args.slurm)
+            written = devcluster.up(name=name, nodes=args.nodes, inventory=inventory, slurm=args.slurm)
+            if args.slurm:
+                print(f"torchfleet: the nodes have Slurm's packages; set Slurm up with: ansible-playbook "
+                      f"setup.yml -i {written} -e scheduler=slurm", file=sys.stderr)
         elif args.action == "down":
             devcluster.down(name=name, inventory=inventory)
         elif args.action == "image":
@@ -484,7 +487,8 @@ def _read_runs(args: argparse.Namespace, run_id: str | None = None):
     outcome = _adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps(module_args),
                      found["head"], ["--become", "--become-user", found["user"]])
     answer = next((item["res"] for item in outcome.progress.results), {})
-    return outcome, dict(found, head_now=answer.get("now"), others=answer.get("others", [])), answer.get("runs", [])
+    return outcome, dict(found, head_now=answer.get("now"), others=answer.get("others", []),
+                         jobs=answer.get("jobs", [])), answer.get("runs", [])
 
 
 def _listed(run: dict) -> dict:
@@ -512,11 +516,8 @@ def _runs(args: argparse.Namespace) -> int:
     if args.prune:
         return _prune(args, found, runs)
     listed = [_listed(run) for run in runs]
-    if args.all_users:  # every account's: this one's records, and the other accounts' runs alive on the head
-        listed = [dict(run, account=found["user"]) for run in listed] + [
-            {"run_id": entry["run_id"], "account": entry["account"], "state": entry["state"],
-             "started": entry.get("started"), "world_size": entry.get("world_size")} for entry in found["others"]]
-        listed.sort(key=lambda run: run.get("started") or "", reverse=True)
+    if args.all_users:
+        listed = _every_accounts(listed, found)
     runs = [run for run in listed if args.state is None or run.get("state") == args.state][:args.count]
     if args.json:
         print(json.dumps(runs, indent=1))
@@ -529,7 +530,7 @@ def _runs(args: argparse.Namespace) -> int:
                   else run.get("failed_host") or "")
         if run.get("job_id"):  # a Slurm job: its id, and while it lasts its state and reason
             job = f"slurm job {run['job_id']}"
-            if run.get("state") in ACTIVE_STATES:
+            if run.get("state") in ACTIVE_STATES or run.get("state") == str(run.get("job_state")).lower():
                 reason = run.get("job_reason")
                 job += f" {run.get('job_state')}" + (f" ({reason})" if reason and reason != "None" else "")
             failed = f"{failed}  [{job}]".strip()
@@ -539,6 +540,24 @@ def _runs(args: argparse.Namespace) -> int:
         print(f"{run['run_id']:<28} {owner}{run['state']:<10} {rc:>4} {run.get('started') or '-':<26} "
               f"{duration:>9} {run.get('world_size') or '-':>5} {run.get('restarts') or 0:>8}  {failed}")
     return 0
+
+
+def _every_accounts(listed: list, found: dict) -> list:
+    """This account's runs (`listed`), the other accounts' runs alive on the head (its run board)
+    and the other accounts' Slurm jobs (squeue, torchfleet's or not), each with its account,
+    newest first."""
+    seen = {run["run_id"] for run in listed} | {entry["run_id"] for entry in found["others"]}
+    every = [dict(run, account=found["user"]) for run in listed] + [
+        {"run_id": entry["run_id"], "account": entry["account"], "state": entry["state"],
+         "started": entry.get("started"), "world_size": entry.get("world_size")} for entry in found["others"]]
+    every += [{"run_id": job["name"], "account": job["user"], "state": job["state"].lower(), "started": job["submitted"],
+               "job_id": job["job_id"], "job_state": job["state"], "scheduler": "slurm"}
+              for job in found["jobs"] if job["user"] != found["user"] and job["name"] not in seen]
+    for run in every:  # a run of another account that Slurm holds: its job's id and state
+        job = next((job for job in found["jobs"] if job["name"] == run["run_id"] and job["user"] == run["account"]), None)
+        if job and not run.get("job_id"):
+            run.update(job_id=job["job_id"], job_state=job["state"])
+    return sorted(every, key=lambda run: run.get("started") or "", reverse=True)
 
 
 def _run_status(args: argparse.Namespace) -> int:
@@ -676,8 +695,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="cluster name; containers are tf-NAME-nodeN (default: local)")
     cluster.add_argument("--inventory", help="where `up` writes the inventory (default: inventory/NAME.yml)")
     cluster.add_argument("--slurm", action="store_true",
-                         help="with `up` and `image`: nodes that run Slurm (munge, slurmd on every node, "
-                              "slurmctld on node0, one partition `torchfleet` of all nodes)")
+                         help="with `up` and `image`: nodes with Slurm's packages (munge, slurmd, slurmctld), "
+                              "which setup.yml -e scheduler=slurm then sets up")
     cluster.add_argument("--rebuild", action="store_true", help="with `image`: build even if cached")
     cluster.add_argument("--json", action="store_true", help="with `status`: print JSON")
     cluster.set_defaults(func=_cluster)

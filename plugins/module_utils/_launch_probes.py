@@ -33,13 +33,15 @@ def holds_address(address: str) -> bool:
 
 
 def head_preflight(module, plan, run_dir, head):
-    """Refuse what would stop the run on the head: a missing address, a taken rendezvous port, a
-    used run id."""
+    """Refuse what would stop the run on the head: a missing address, a taken rendezvous port
+    (not under Slurm), a used run id."""
     if not holds_address(head.address):
         module.fail_json(msg=f"this machine does not have the head's address {head.address} "
                              f"({head.name}): run the launch on the head node (delegate_to: "
                              f"{head.name}) or fix its address", run_id=plan.run_id)
-    if port_in_use(plan.port):
+    # Under Slurm the job rendezvouses on its batch host once its nodes are free (a queued job of
+    # another account may hold the port now): sbatch's own checks stand for this one.
+    if module.params["scheduler"] != "slurm" and port_in_use(plan.port):
         holders = port_holders(plan.port)
         held = f" by {', '.join(holders)}" if holders else ""
         module.fail_json(msg=f"refusing to launch: the rendezvous port {plan.port} is already in "

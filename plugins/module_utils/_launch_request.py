@@ -167,8 +167,11 @@ OPTIONS: tuple[Option, ...] = (
            "Slurm once the job runs), or once the supervisor holds it (submitted).", default="running",
            choices=("running", "submitted"), short="detach_when"),
     Option("scheduler", "str", "none: mpirun on the head reaches the nodes over ssh; slurm: the run "
-           "is a Slurm batch job submitted with sbatch on the head.", default="none",
-           choices=("none", "slurm"), role_choices=(), short="scheduler"),
+           "is a Slurm batch job submitted with sbatch on the head. The role's default is slurm where "
+           "setup set Slurm up (scheduler=slurm), else none.", default="none",
+           choices=("none", "slurm"), role_choices=(),
+           role_default="{{ 'slurm' if hostvars[launch_head].slurm_installed is defined else 'none' }}",
+           short="scheduler"),
     Option("slurm_partition", "str", "With scheduler slurm, the partition; empty for Slurm's default.",
            role_default="", short="slurm_partition"),
     Option("slurm_account", "str", "With scheduler slurm, the account charged.", role_default="",

@@ -80,6 +80,14 @@ others:
   returned: always
   type: list
   elements: dict
+jobs:
+  description:
+    - Every account's jobs in Slurm's queue on the head (C(squeue)), each with C(job_id), C(name)
+      (a torchfleet run's id), C(user), C(state) (Slurm's), C(submitted) and C(torchfleet) (whether
+      torchfleet submitted it). Empty where Slurm is not installed, or with O(run_id).
+  returned: always
+  type: list
+  elements: dict
 runs:
   description: The runs' records, newest first.
   returned: always
@@ -180,6 +188,7 @@ runs:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.board import others_alive
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import list_runs, runs_index
 
@@ -199,7 +208,7 @@ def main():
     others = [{key: entry.get(key) for key in ("run_id", "account", "state", "started", "world_size", "head", "nodes")}
               for entry in others_alive() if run_id is None or entry["run_id"] == run_id]
     module.exit_json(changed=False, runs=list_runs(module.params["log_dir"], run_id, runs_index()), others=others,
-                     now=time.time())
+                     jobs=slurm.queue() if run_id is None else [], now=time.time())
 
 
 if __name__ == "__main__":

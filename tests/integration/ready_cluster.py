@@ -69,18 +69,22 @@ class Cluster:
     def up(self):
         # Containers of this name left by a session that was killed (its key is gone with it).
         self.torchfleet("cluster", "down", "--name", NAME)
-        # With Slurm (munge, slurmctld, slurmd): the ssh tests see nodes as any cluster's, and the
-        # Slurm tests share the same nodes and their one setup instead of a cluster of their own.
+        # Nodes with Slurm's packages, which setup's slurm role configures and starts (-e
+        # scheduler=slurm below): the ssh tests see nodes as any cluster's, and the Slurm tests share
+        # the same nodes and their one setup instead of a cluster of their own.
         result = self.torchfleet("cluster", "up", "--slurm", "--name", NAME, "--nodes", "3",
                                  "--inventory", str(self.inventory))
         assert result.returncode == 0, result.stderr
         # The spec the tests' scripts need: tqdm draws the progress bars test_run_output follows.
         with open(self.inventory, "a", encoding="utf-8") as inventory:
             inventory.write(f"        python_env_packages: {json.dumps(TEST_PACKAGES)}\n")
+            # Launches go over ssh unless a test asks for Slurm (--scheduler slurm), though setup
+            # sets Slurm up, where a launch would otherwise submit through it.
+            inventory.write("        scheduler: none\n")
         # The first setup, from scratch: what the controller sends into the cluster's network
         # (the wheels once, ssh, Ansible's modules), for test_setup_cluster to judge.
         with devcluster.ControllerTraffic(NAME) as traffic:
-            rc, output = self.setup()
+            rc, output = self.setup("-e", "scheduler=slurm")
             self.first_setup_sent = traffic.sent()
         assert rc == 0, output[-3000:]
 

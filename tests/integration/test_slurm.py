@@ -11,10 +11,11 @@ import json
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
-from ready_cluster import NODES, REPO, run, training_result
+from ready_cluster import NODES, REPO, recap, run, training_result
 from test_run_lifecycle import (
     ENDLESS, FLOOD, LIMIT, RUNS, SHORT, Attached, _every_ranks_lines_once_whole_in_order, left_on, runs_json, torchfleet,
     wait_until)
@@ -42,6 +43,27 @@ def nothing_left(cluster):
         torchfleet(cluster, "stop")
         on(HEAD, "scancel", "-u", "torchfleet")
         raise
+
+
+def test_setup_sets_slurm_up_from_the_inventory_once_and_a_second_run_changes_nothing(cluster):
+    # The session's setup (-e scheduler=slurm) configured Slurm on nodes whose image has its
+    # packages and no configuration: every node idle, with the CPUs and memory slurmd found.
+    nodes = on(HEAD, "sinfo", "-h", "-N", "-o", "%N %t %c %m").stdout.split("\n")
+    rows = [line.split() for line in nodes if line.strip()]
+    cpus = on(HEAD, "nproc").stdout.strip()
+    assert [(row[0], row[1], row[2]) for row in rows] == [(f"node{i}", "idle", cpus) for i in range(3)], rows
+    assert all(int(row[3]) > 0 for row in rows), rows
+    keys = {on(node, "sha256sum", "/etc/munge/munge.key").stdout.split()[0] for node in NODES}
+    assert len(keys) == 1, keys  # one key, the same everywhere
+    key = on(HEAD, "cat", "/etc/munge/munge.key").stdout
+    assert key.startswith("torchfleet-munge-key ")
+    rc, output = cluster.setup("-e", "scheduler=slurm", "-v")
+    assert rc == 0, output[-3000:]
+    assert all(counts["changed"] == 0 for counts in recap(output).values()), output[-3000:]
+    assert key.split()[1] not in output  # never printed, even with -v
+    facts = "".join(path.read_text() for path in Path(cluster.env["ANSIBLE_CACHE_PLUGIN_CONNECTION"]).iterdir())
+    assert key.split()[1] not in facts  # nor in the controller's fact cache
+    assert "slurm_installed" in facts
 
 
 def test_a_run_through_slurm_trains_on_every_node_and_is_a_run(cluster):

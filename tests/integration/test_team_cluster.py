@@ -1,7 +1,9 @@
 """A cluster a team shares. Two accounts without Slurm: a launch onto nodes where another
 account's run is alive is refused, naming that run and its account, whatever port it picks;
 `status` and `runs --all-users` show the other account's run; --share-nodes shares the nodes on
-purpose. Part of the nodes on request: --limit and -e exclude, over ssh and under Slurm.
+purpose. With Slurm (set up by the session's setup), the two accounts' runs queue instead, and
+`runs --all-users` shows both. Part of the nodes on request: --limit and -e exclude, over ssh
+and under Slurm.
 
 The cluster is the session's shared one. The second account (tfbob) is set up with a fact cache
 of its own, so that the session's cached facts stay the first account's.
@@ -113,3 +115,32 @@ def test_part_of_the_nodes_runs_on_those_alone(cluster, scheduler, choice):
     assert (record["state"], record["world_size"], record["nodes"]) == ("succeeded", 2, [NODES[0], NODES[2]]), record
     if scheduler == "slurm":  # the job's nodes are the named ones: Slurm was told to leave node1 out
         assert record["job_nodes"] == ["node0", "node2"], record
+
+
+def test_under_slurm_two_accounts_runs_queue_and_both_succeed(cluster, bob):
+    first = torchfleet(cluster.env, cluster, "launch", "--scheduler", "slurm", "--detach", "examples/train.py",
+                       "-e", "nproc_per_node=1", "--", *SHORT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    first_id = first.stdout.split()[1]
+    try:
+        # Bob's launch is refused neither by the board nor by the port: Slurm queues it (whole
+        # nodes, all three taken).
+        second = torchfleet(bob, cluster, "launch", "--scheduler", "slurm", "--detach", "-e", "detach_when=submitted",
+                            "-e", f"cluster_user_name={BOB}", "examples/train.py", "-e", "nproc_per_node=1", "--",
+                            *SHORT[:-1], f"/home/{BOB}")  # its checkpoint: /tmp's is the other account's
+        assert second.returncode == 0, second.stderr[-3000:]
+        second_id = second.stdout.split()[1]
+        listed = torchfleet(bob, cluster, "runs", "-e", f"cluster_user_name={BOB}", "--all-users", "--json")
+        runs = {item["run_id"]: item for item in json.loads(listed.stdout)}
+        print(torchfleet(bob, cluster, "runs", "-e", f"cluster_user_name={BOB}", "--all-users").stdout)
+        assert runs[first_id]["account"] == "torchfleet" and runs[second_id]["account"] == BOB, runs
+        assert runs[second_id]["job_state"] == "PENDING", runs[second_id]
+        for env, run_id, extra in ((cluster.env, first_id, []), (bob, second_id, ["-e", f"cluster_user_name={BOB}"])):
+            waited = torchfleet(env, cluster, "wait", run_id, *extra)
+            assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
+    finally:
+        torchfleet(bob, cluster, "stop", "-e", f"cluster_user_name={BOB}", "--all")
+        torchfleet(cluster.env, cluster, "stop", "--all")
+    record = json.loads(run(["docker", "exec", NODES[0], "cat", f"/home/{BOB}/torchfleet/runs/{second_id}/state.json"],
+                            timeout=60).stdout)
+    assert record["state"] == "succeeded" and record["scheduler"] == "slurm", record

@@ -32,7 +32,6 @@ NODE_PACKAGES = ("python3", "openssh-server", "iproute2", "sudo")
 SLURM_IMAGE = "torchfleet/node-slurm:bookworm"
 SLURM_PACKAGES = ("slurmd", "slurmctld", "slurm-client", "munge")
 # The one partition of a local Slurm cluster, holding every node (the default partition).
-SLURM_PARTITION = "torchfleet"
 LABEL = "org.torchfleet.cluster"
 RECIPE_LABEL = "org.torchfleet.recipe"
 DOMAIN = "torchfleet.test"
@@ -210,73 +209,6 @@ def ensure_slurm_image(rebuild: bool = False) -> str:
     return SLURM_IMAGE
 
 
-def slurm_conf(name: str, nodes: int, cpus: int) -> str:
-    """slurm.conf of a local cluster: slurmctld on node0, every node in one partition, no cgroups
-    (containers have none of their own) and no accounting database."""
-    last = f"node[0-{nodes - 1}]" if nodes > 1 else "node0"
-    return "\n".join([
-        f"# Written by `torchfleet cluster up --slurm --name {name}`.",
-        "ClusterName=" + f"tf-{name}".lower()[:32],
-        "SlurmctldHost=node0",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        "SlurmUser=slurm",
-        "StateSaveLocation=/var/spool/slurmctld",
-        "SlurmdSpoolDir=/var/spool/slurmd",
-        "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
-        "SlurmdLogFile=/var/log/slurm/slurmd.log",
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
-        "MpiDefault=none",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
-        "SchedulerType=sched/backfill",
-        "AccountingStorageType=accounting_storage/none",
-        "JobCompType=jobcomp/none",
-        # A node's declared CPUs are the host's, which a container sees whole.
-        "SlurmdParameters=config_overrides",
-        "ReturnToService=2",
-        "KillWait=10",
-        "MinJobAge=600",
-        f"NodeName={last} CPUs={cpus} State=UNKNOWN",
-        f"PartitionName={SLURM_PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-        "",
-    ])
-
-
-def _write_slurm_config(name: str, nodes: int, state: Path) -> tuple[Path, bool]:
-    """(the directory mounted into every node, whether slurm.conf changed). The munge key is made
-    once per cluster: every node shares it, nothing else has it."""
-    where = state / "slurm"
-    where.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = where / "munge.key"
-    if not key.exists():
-        with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400), "wb") as handle:
-            handle.write(os.urandom(1024))
-    conf = where / "slurm.conf"
-    text = slurm_conf(name, nodes, os.cpu_count() or 1)
-    changed = conf.exists() and conf.read_text() != text
-    conf.write_text(text)
-    return where, changed
-
-
-def _wait_slurm(name: str, nodes: int, wait_seconds: int = 90) -> None:
-    """Until slurmctld on the head sees every node idle."""
-    head = f"tf-{name}-node0"
-    deadline = time.monotonic() + wait_seconds
-    states = ""
-    while time.monotonic() < deadline:
-        found = docker("exec", head, "sinfo", "-h", "-N", "-o", "%N %t", check=False)
-        states = found.stdout.strip()
-        rows = [line.split() for line in states.splitlines()]
-        if found.returncode == 0 and len(rows) == nodes and all(row[1] == "idle" for row in rows):
-            return
-        time.sleep(0.5)
-    logs = docker("exec", head, "sh", "-c", "tail -n 15 /var/log/slurm/*.log", check=False)
-    raise ClusterError(f"Slurm did not see {nodes} idle nodes within {wait_seconds}s (sinfo: {states or 'no answer'}); "
-                       f"the head's Slurm logs:\n{logs.stdout}{logs.stderr}")
-
-
 # --- the cluster ------------------------------------------------------------------------------
 
 
@@ -336,8 +268,7 @@ def _refuse_foreign_nodes(name: str, pubkey: str) -> None:
                                f"name with --name")
 
 
-def _start_node(name: str, index: int, pubkey: str, image: str, slurm: Path | None = None,
-                shared: Path | None = None) -> None:
+def _start_node(name: str, index: int, pubkey: str, image: str, shared: Path | None = None) -> None:
     container = f"tf-{name}-node{index}"
     hostname = f"node{index}"
     fqdn = f"{hostname}.{name}.{DOMAIN}"
@@ -355,7 +286,6 @@ def _start_node(name: str, index: int, pubkey: str, image: str, slurm: Path | No
         "--label", f"{LABEL}={name}", "--network", _network(name),
         "--network-alias", hostname, "--network-alias", fqdn,
         "--cap-add", "NET_ADMIN", "--env", f"TORCHFLEET_AUTHORIZED_KEY={pubkey}",
-        *(["--volume", f"{slurm}:/etc/torchfleet-slurm:ro"] if slurm else []),
         *(["--volume", f"{shared}:{SHARED_MOUNT}"] if shared else []),
         image,
     )
@@ -436,8 +366,9 @@ def _write_inventory(path: Path, name: str, nodes: list[tuple[Node, list[str]]],
 def up(name: str = "local", nodes: int = 3, inventory: Path | None = None, image: str | None = None,
        slurm: bool = False) -> Path:
     """Start the nodes; `image`: a node image of the user's own, derived from ours (the scale
-    benchmark bakes Open MPI into one, as a site's golden image would); `slurm`: with munge,
-    slurmd on every node and slurmctld on node0, one partition holding them all."""
+    benchmark bakes Open MPI into one, as a site's golden image would); `slurm`: nodes with
+    Debian's Slurm and munge installed, which setup's slurm role then configures and starts
+    (setup.yml -e scheduler=slurm), as on machines of a site's own."""
     if nodes < 1:
         raise ClusterError(f"--nodes must be 1 or more, not {nodes}")
     inventory = inventory or default_inventory_path(name)
@@ -455,17 +386,12 @@ def up(name: str = "local", nodes: int = 3, inventory: Path | None = None, image
     wanted = [f"tf-{name}-node{i}" for i in range(nodes)]
     for extra in set(_containers(name)) - set(wanted):
         docker("rm", "-f", extra)
-    slurm_dir, restart = _write_slurm_config(name, nodes, state) if slurm else (None, False)
     shared = state / "shared"
     shared.mkdir(exist_ok=True)
     shared.chmod(0o1777)  # any account of the nodes writes there, as in /tmp
     for index in range(nodes):
-        _start_node(name, index, pubkey, image, slurm_dir, shared)
-    if restart:  # the nodes copy slurm.conf as they start; the node count changed it
-        docker("restart", *wanted)
+        _start_node(name, index, pubkey, image, shared)
     facts = [_node_facts(name, container) for container in wanted]
-    if slurm:
-        _wait_slurm(name, nodes)
     _write_inventory(inventory, name, facts, state)
     (state / "inventory-path").write_text(str(inventory.resolve()))
     for node, host_keys in facts:

@@ -198,3 +198,21 @@ def run_jobs(run_ids=None) -> list[dict]:
         if (name in run_ids) if run_ids else comment == JOB_COMMENT:
             jobs.append({"job_id": job_id, "run_id": name})
     return jobs
+
+
+def queue() -> list[dict]:
+    """Every account's jobs in Slurm's queue ({job_id, name, user, state, submitted, torchfleet}):
+    a team's view of who waits and who runs. [] where Slurm is not installed."""
+    try:
+        done = subprocess.run(["squeue", "-h", "-o", "%i|%u|%T|%V|%k|%j"], capture_output=True,
+                              text=True, timeout=COMMAND_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    jobs = []
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        fields = line.strip().split("|", 5)
+        if len(fields) == 6:
+            job_id, user, state, submitted, comment, name = fields
+            jobs.append({"job_id": job_id, "name": name, "user": user, "state": state, "submitted": submitted,
+                         "torchfleet": comment == JOB_COMMENT})
+    return jobs
