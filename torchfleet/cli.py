@@ -625,12 +625,16 @@ def _status(args: argparse.Namespace) -> int:
     outcome, alive = _alive(args)
     # Other accounts' runs on each node, from its run board: shown, never this account's to stop.
     others = {item["host"]: item["res"].get("others", []) for item in outcome.progress.results}
+    # Slurm's queue, the same from every node: every account's jobs.
+    queue = next((item["res"]["queue"] for item in outcome.progress.results if item["res"].get("queue")), [])
     if not args.json:
         for host in sorted(alive):
             said = alive[host] + [f"{entry['run_id']} (account {entry['account']}, {entry['state']})"
                                   for entry in others.get(host, [])]
             print(f"{host:<24} {', '.join(said) if said else 'idle'}")
-    return _finish(args, outcome, {"runs": alive, "others": others})
+        for job in queue:
+            print(f"slurm job {job['job_id']:<6} {job['state']:<10} account {job['user']:<14} {job['name']}")
+    return _finish(args, outcome, {"runs": alive, "others": others, "jobs": queue})
 
 
 def _render(args: argparse.Namespace) -> int:

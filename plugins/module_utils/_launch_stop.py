@@ -47,7 +47,9 @@ def run_stopped(module):
                           for proc in procs], "jobs": jobs,
               # Other accounts' runs announced here and alive: never stopped, only shown (status).
               "others": [{key: entry.get(key) for key in ("run_id", "account", "state", "started", "world_size", "head")}
-                         for entry in others_alive()]}
+                         for entry in others_alive()],
+              # What `torchfleet status` shows of a team's Slurm: every account's jobs.
+              "queue": slurm.queue() if module.check_mode else []}
     if module.check_mode or not (procs or jobs):
         module.exit_json(**result)
     stop_supervisors(procs, module.params["stop_grace"])

@@ -800,6 +800,14 @@ others:
     world_size:
       description: Its world size at launch.
       type: int
+queue:
+  description:
+    - With O(state=stopped) in check mode, every account's jobs in Slurm's queue as this node's
+      C(squeue) lists them (C(job_id), C(name), C(user), C(state), C(submitted), C(torchfleet));
+      empty where Slurm is not installed, and outside check mode.
+  returned: state=stopped
+  type: list
+  elements: dict
 stopped:
   description: The processes stopped (in check mode, those that would be).
   returned: state=stopped

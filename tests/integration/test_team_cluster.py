@@ -135,6 +135,9 @@ def test_under_slurm_two_accounts_runs_queue_and_both_succeed(cluster, bob):
         print(torchfleet(bob, cluster, "runs", "-e", f"cluster_user_name={BOB}", "--all-users").stdout)
         assert runs[first_id]["account"] == "torchfleet" and runs[second_id]["account"] == BOB, runs
         assert runs[second_id]["job_state"] == "PENDING", runs[second_id]
+        # status shows Slurm's queue too, every account's jobs with their accounts.
+        status = torchfleet(cluster.env, cluster, "status", "--json")
+        assert (second_id, BOB) in {(job["name"], job["user"]) for job in json.loads(status.stdout)["jobs"]}, status.stdout
         for env, run_id, extra in ((cluster.env, first_id, []), (bob, second_id, ["-e", f"cluster_user_name={BOB}"])):
             waited = torchfleet(env, cluster, "wait", run_id, *extra)
             assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-2000:]
