@@ -1,7 +1,10 @@
-"""_launch_lock.py: the launch lock lives where only its account can write."""
+"""_launch_lock.py: the launch lock lives where only its account can write, and holds one start at a time."""
 
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +44,19 @@ def test_a_lock_directory_of_another_account_is_refused_naming_it_and_the_fix(tm
     taken.chmod(0o777)
     _launch_lock.release(_launch_lock.hold("tf-1"))
     assert stat.S_IMODE(taken.stat().st_mode) == 0o700  # made the account's own again
+
+
+def test_one_start_at_a_time_holds_the_launch_lock_and_names_its_run(tmp_path):
+    lock = str(tmp_path / "launch.lock")
+    held = _launch_lock.hold("tf-first", lock)
+    # Another process, as a second launch on the head would be: refused, naming the first run.
+    probe = ("import sys; from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock as l\n"
+             "try:\n    l.hold('tf-second', sys.argv[1])\nexcept l.LaunchLocked as e:\n    print(e); sys.exit(3)")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[4] / ".collections"))
+    second = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True, env=env, check=False)
+    assert second.returncode == 3, second.stderr
+    assert second.stdout.startswith("run tf-first (started ")
+    _launch_lock.release(held)
+    assert _launch_lock.wait_free(1, lock)
+    again = subprocess.run([sys.executable, "-c", probe, lock], capture_output=True, text=True, env=env, check=False)
+    assert again.returncode == 0, again.stdout + again.stderr

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan im
     Node,
     Plan,
     PlanError,
+    new_run_id,
     render,
     validate,
 )
@@ -836,3 +838,23 @@ def test_real_mpirun_accepts_the_rendered_command(tmp_path, fake_program, mode, 
         assert {r["env"]["WORLD_SIZE"] for r in reports} == {"2"}
         assert {r["env"]["MASTER_ADDR"] for r in reports} == {address}
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Run ids
+# ---------------------------------------------------------------------------------------------
+
+def test_new_run_id_shape_and_renderer_accepts_it():
+    run_id = new_run_id(datetime(2026, 11, 21, 10, 15, 2), "ab12cd")
+    assert run_id == "tf-20261121-101502-ab12cd"
+    plan = Plan(nodes=(Node("a", "10.0.0.1", 1),), head="a", script="t.py", run_id=run_id,
+                hostfile_path="/tmp/h")
+    assert render(plan).env["TORCHFLEET_RUN_ID"] == run_id
+
+
+@pytest.mark.parametrize("run_id", ["", "has space", "../etc", "a/b", "x" * 65])
+def test_user_run_ids_follow_the_renderer_rule(run_id):
+    # A run id names a directory: the renderer's rule keeps '/' and '..' paths out.
+    with pytest.raises(PlanError, match="run_id"):
+        render(Plan(nodes=(Node("a", "10.0.0.1", 1),), head="a", script="t.py", run_id=run_id,
+                    hostfile_path="/tmp/h"))
