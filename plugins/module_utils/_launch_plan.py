@@ -36,72 +36,8 @@ Public API
     - ``display_env`` (property): ``env`` plus inherited names as ``<inherited>`` and secret
       names as ``<redacted>``.
 
-How a launch looks
-------------------
-The only shell is one ``/bin/sh -c SCRIPT torchfleet ARGS...`` per rank on the remote node, needed
-so ``$OMPI_COMM_WORLD_RANK`` and friends expand there. Plan values placed in SCRIPT are quoted
-with ``shlex.quote``; user arguments never enter SCRIPT: they are positional parameters reaching
-the training script through ``"$@"``, byte for byte. SCRIPT ends in ``exec``, so exit codes and
-signals of the training process reach the launcher unchanged (``$0`` is ``torchfleet``, which is
-how ``sh`` names itself in its own error messages).
-
-Modes:
-
-- ``torchrun`` (default): Open MPI ``mpirun`` starts one ``torchrun`` per node
-  (``--map-by ppr:1:node``); torchrun starts ``slots`` workers and rendezvouses at the head's
-  address (static rendezvous: the node ranks MPI gave). One node: ``--standalone``.
-- ``rank``: Open MPI starts one rank per slot (``--map-by slot``); the wrapper maps
-  ``OMPI_COMM_WORLD_{RANK,LOCAL_RANK,SIZE,LOCAL_SIZE}`` to ``RANK, LOCAL_RANK, WORLD_SIZE,
-  LOCAL_WORLD_SIZE`` and ``exec``s ``python SCRIPT``; ``MASTER_ADDR/PORT`` come via ``-x``.
-- ``mpich``: MPICH's ``mpiexec`` starts one ``torchrun`` per node, node rank from ``PMI_RANK``
-  (``PALS_RANKID`` as fallback). Which ``mpiexec`` it is, ``mpich_launcher``, picks the flavour:
-  ``hydra`` (MPICH's own launcher, also Intel MPI's): ``mpiexec -launcher ssh -n NNODES -ppn 1
-  -f F -bind-to none -genvall [-iface IF] -prepend-rank``; the head reaches every node over
-  ssh, as Open MPI's mpirun does. ``pals`` (HPE Cray PALS): ``mpiexec -n NNODES --ppn 1
-  --cpu-bind none --hostfile F --envall``; PALS starts the nodes' processes itself. There is no
-  default: setup reads the flavour from ``mpiexec --version``, and a plan without one is refused.
-
-Open MPI modes add ``--mca plm_rsh_no_tree_spawn 1``: by default only the head holds the
-cluster's private SSH key, so only the head may start the remote daemons (Open MPI's tree spawn
-would have each daemon ssh on to further nodes). ``tree_spawn=True`` lifts this for clusters where
-every node holds the key.
-
-``silent_node_timeout`` (Open MPI, seconds, default 120; 0 leaves Open MPI's own settings): TCP
-keepalive on the connections between mpirun and its daemons (``oob_tcp_keepalive_time``,
-``_intvl``, ``_probes``), so a node cut off from the network is noticed within about that many
-seconds: mpirun ends the run and names the node's daemon, and the daemon on the cut-off node, its
-lifeline lost, ends the ranks it started. Open MPI's own default notices after 480 s at best.
-
-``ssh_control_path`` (Open MPI, without tree spawn): ``--mca plm_rsh_args "-o ControlPath=P"``,
-so mpirun's ssh to each node rides the connection the caller already opened there (an OpenSSH
-master at P, ``%C`` and all) instead of a new handshake; with no master there, ssh connects as
-usual.
-
-Node logs: with ``node_log_dir`` (torchrun and mpich modes) every node's torchrun gets
-``--log-dir=DIR --redirects=3``: each node keeps its workers' stdout/stderr under
-``DIR/<rdzv id>_<random>/attempt_<n>/<local rank>/``, the one complete copy of each rank's
-output. With ``tee_workers`` (``--tee=3``) it also reaches the launcher, for runs whose head
-cannot read the nodes' files.
-
-Environment: Open MPI gets ``-x NAME`` for every name (values travel in mpirun's own
-environment, never on the command line). In ``mpich`` mode ``--envall`` (PALS) or ``-genvall``
-(Hydra) is passed instead: both forward the launcher's whole environment, and their list forms
-(``--envlist``/``-genvlist``) replace that default, which would drop ``PATH`` and the like on the
-nodes. Either way, secret values never appear in ``argv``, ``env`` or ``command``.
-
-Hydra's ``-iface`` (the interface its proxies and PMI use) is one name for every node: it is
-given when the nodes' cluster interfaces share a name; with mixed names Hydra finds the head by
-its host name. ``-prepend-rank`` puts ``[N] `` (the node's MPI rank) before every line, as Open
-MPI's ``--tag-output`` does, so the run's output can be followed per rank.
-
-Hostfile: one line per node, address not name, head first, then the others in plan order.
-Open MPI modes write ``ADDRESS slots=N``; ``mpich`` mode writes the bare address, the form PALS
-and Hydra read (``--ppn 1``/``-ppn 1`` sets the per-node count).
-
-``mpirun_extra_args`` may add options but not override what torchfleet controls: process
-counts and mapping, hosts and hostfile, binding, output files, root, the environment (``-x`` and
-friends: use ``env_pass``/``env_set``/``env_secrets`` so values stay off the command line), and
-the MCA parameters set here (``pml``, ``btl``, ``*_tcp_if_include``/``*_tcp_if_exclude``).
+How a launch looks (the one shell and its quoting, each mode's launcher, the MCA choices, the
+hostfile, the environment, what mpirun_extra_args may not override): docs/launch_plan.md.
 """
 
 from __future__ import annotations
