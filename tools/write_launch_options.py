@@ -1,4 +1,4 @@
-"""Writes what the launch option table (plugins/module_utils/_launch_request.py) declares:
+"""Writes what the launch option table (plugins/module_utils/_launch_options.py) declares:
 roles/launch/meta/argument_specs.yml's options, roles/launch/defaults/main.yml, the short names
 launch.yml maps, and the role variables validate.yml hands the request check (the blocks between
 their BEGIN/END lines: written out, as a lookup or a query of every variable costs each launch
@@ -19,7 +19,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (  # noqa: E402
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (  # noqa: E402
     BY_NAME, CHECKED_OPTIONS, role_options, short_names)
 
 ROLE = ROOT / "roles" / "launch"
@@ -27,7 +27,7 @@ SPEC = ROLE / "meta" / "argument_specs.yml"
 DEFAULTS = ROLE / "defaults" / "main.yml"
 PLAYBOOK = ROOT / "playbooks" / "launch.yml"
 VALIDATE = ROLE / "tasks" / "validate.yml"
-WRITER = "tools/write_launch_options.py from the option table in plugins/module_utils/_launch_request.py"
+WRITER = "tools/write_launch_options.py from the option table in plugins/module_utils/_launch_options.py"
 BEGIN = "      # BEGIN names written by tools/write_launch_options.py: do not edit\n"
 END = "      # END names\n"
 VARIABLES_BEGIN = "        # BEGIN variables written by tools/write_launch_options.py: do not edit\n"

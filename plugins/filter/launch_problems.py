@@ -53,7 +53,7 @@ _value:
 # Imported when the filter runs, not with this file: to find one filter of the collection,
 # Ansible loads every filter file, in each task's worker, and compiles what they import.
 def launch_problems(request: dict) -> list[str]:
-    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import problems
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_checks import problems
 
     return problems(request)
 

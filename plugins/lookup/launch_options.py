@@ -13,7 +13,7 @@ short_description: What the launch option table declares, for the playbooks and 
 version_added: 1.0.0
 description:
   - Reads the one table that declares the launch options
-    (C(plugins/module_utils/_launch_request.py)), so that another role (the doctor's) takes a
+    (C(plugins/module_utils/_launch_options.py)), so that another role (the doctor's) takes a
     launch option's default from it instead of writing it again.
 options:
   _terms:
@@ -41,7 +41,7 @@ _raw:
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import OPTIONS
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS
 
 
 class LookupModule(LookupBase):

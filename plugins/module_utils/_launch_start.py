@@ -53,11 +53,8 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes 
     ranks_started,
     send_files,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import (
-    head_reaches_nodes,
-    module_refusal,
-    resolve,
-)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_checks import module_refusal
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import head_reaches_nodes, resolve
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_slurm import slurm_job
 
 # Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.

@@ -841,12 +841,12 @@ jobs:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import argument_spec
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import argument_spec
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_restart import run_restarted
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import run_started
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_stop import run_stopped
 
-# Declared once, in the launch option table (module_utils/_launch_request.py).
+# Declared once, in the launch option table (module_utils/_launch_options.py).
 ARGUMENT_SPEC = argument_spec()
 
 

@@ -858,3 +858,12 @@ def test_user_run_ids_follow_the_renderer_rule(run_id):
     with pytest.raises(PlanError, match="run_id"):
         render(Plan(nodes=(Node("a", "10.0.0.1", 1),), head="a", script="t.py", run_id=run_id,
                     hostfile_path="/tmp/h"))
+
+
+def test_a_plan_survives_its_json_form_for_a_restart():
+    from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_plan as lp
+    plan = lp.Plan(nodes=(lp.Node("a", "10.0.0.1", 2, "eth0"), lp.Node("b", "10.0.0.2", 2, "eth0")), head="a",
+                   script="/s/train.py", run_id="tf-1", hostfile_path="/r/hostfile", script_args=("--x", "1"),
+                   env_set={"A": "1"}, env_pass=("PATH",), mpirun_extra_args=("--mca", "x", "y"))
+    again = lp.plan_from_dict(json.loads(json.dumps(lp.plan_to_dict(plan))))
+    assert again == plan and lp.render(again).argv == lp.render(plan).argv

@@ -87,3 +87,17 @@ def test_the_files_a_node_back_lacks_are_the_heads_own_copies_as_the_launch_sent
     found, changed = head_copies([str(script), str(data), str(tmp_path / "gone.py")], expect)
     assert found == {str(script): base64.b64encode(b"print('hi')\n").decode()}
     assert changed == [str(data), str(tmp_path / "gone.py")]
+
+
+def test_which_ends_a_restart_can_help():
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._head.attempts import restart_cause
+    lost = {"lost_nodes": {"n2": "2026-11-25T10:00:00+00:00"}, "failed_rank": 1, "failed_exit_code": 1}
+    assert restart_cause("failed", lost, [], [], []) == "n2 stopped answering at 2026-11-25T10:00:00+00:00"
+    rank = {"failed_rank": 3, "failed_host": "n1", "failed_exit_code": 137}
+    assert restart_cause("failed", rank, [], [], []) == "rank 3 on n1 exited with code 137"
+    assert restart_cause("failed", rank, [], [], [137]) is None  # a code the script calls final
+    assert restart_cause("failed", {"rc": 1}, [], [], []) == "the launcher exited with code 1"
+    for state in ("succeeded", "stopped", "timed_out"):
+        assert restart_cause(state, rank, [], [], []) is None
+    assert restart_cause("failed", rank, ["n2"], [], []) is None  # ranks never started: not a restart
+    assert restart_cause("failed", rank, [], [{"pid": 9}], []) is None  # survivors of SIGKILL

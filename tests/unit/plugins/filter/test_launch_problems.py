@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.filter.launch_nodes import launch_nodes
 from ansible_collections.torchfleet.cluster.plugins.filter.launch_problems import launch_problems
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import run_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_checks import run_nodes
 
 HOSTS = ["node0", "node1", "node2"]
 

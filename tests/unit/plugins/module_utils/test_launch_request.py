@@ -1,0 +1,34 @@
+"""The one resolution of a request: variables typed, and the renderer's plan (module_utils/_launch_request.py)."""
+
+import pytest
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_request as lr
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import DEFAULT_PORT, Node, render
+
+NODES = [{"name": "n0", "address": "10.0.0.1", "slots": 2, "interface": "eth0"},
+         {"name": "n1", "address": "10.0.0.2", "slots": 2, "interface": "eth0"}]
+
+
+def test_variables_are_typed_and_the_role_name_wins_over_the_short_one():
+    request = lr.from_variables({"master_port": "29400", "launch_master_port": "29401", "tree_spawn": "yes",
+                                 "env_pass": "A, B", "nproc_per_node": "auto", "unrelated": 1})
+    assert request == {"master_port": 29401, "tree_spawn": True, "env_pass": ["A", "B"], "nproc_per_node": "auto"}
+    with pytest.raises(lr.RequestError, match="master_port must be a number, got 'abc'"):
+        lr.from_variables({"master_port": "abc"})
+    with pytest.raises(lr.RequestError, match="env_set must be a mapping"):
+        lr.from_variables({"env_set": "A=1"})
+
+
+def test_resolve_fills_the_table_defaults_and_renders():
+    plan = lr.resolve({"head": "n0", "script": "/s/train.py"}, NODES, run_id="tf-1", run_dir="/r/tf-1")
+    assert (plan.port, plan.mode, plan.silent_node_timeout, plan.tree_spawn) == (DEFAULT_PORT, "torchrun", 120, False)
+    assert (plan.hostfile_path, plan.log_dir, plan.node_log_dir) == ("/r/tf-1/hostfile", "/r/tf-1/ranks", "/r/tf-1/workers")
+    assert plan.nodes[0] == Node("n0", "10.0.0.1", 2, "eth0")
+    assert render(plan).world_size == 4
+
+
+def test_mpirun_rides_the_heads_ssh_only_where_it_uses_it():
+    assert lr.head_reaches_nodes({"nodes": NODES})
+    for change in ({"tree_spawn": True}, {"mode": "mpich"}, {"scheduler": "slurm"}, {"check_nodes": False},
+                   {"nodes": NODES[:1]}):
+        assert not lr.head_reaches_nodes({"nodes": NODES, **change})
