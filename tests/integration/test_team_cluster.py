@@ -41,7 +41,11 @@ def bob(cluster, tmp_path_factory):
     result = run(["ansible-playbook", "setup.yml", "-i", str(cluster.inventory), "-e", f"cluster_user_name={BOB}",
                   "-e", f"ssh_trust_key_file={cluster.key}"], env=env, timeout=1800)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    return env
+    yield env
+    # Setup records the account it set up on every node (local facts): the session's own again,
+    # so that later tests find the nodes as the session's setup left them.
+    rc, output = cluster.setup("-e", "scheduler=slurm")
+    assert rc == 0, output[-3000:]
 
 
 def test_another_accounts_launch_is_refused_naming_the_run_and_status_shows_it(cluster, bob):
@@ -57,16 +61,17 @@ def test_another_accounts_launch_is_refused_naming_the_run_and_status_shows_it(c
         said = " ".join(refused.stderr.split())
         assert refused.returncode != 0, refused.stdout[-2000:]
         print(said[said.find("refusing to launch"):][:700])
-        assert (f"another account's torchfleet run is alive on these nodes: run {run_id} of account torchfleet "
-                f"(running, started 20") in said, said[-3000:]
+        # Named among the runs alive there (an earlier test's run may still count, for a while).
+        assert "another account's torchfleet run is alive on these nodes: run " in said, said[-3000:]
+        assert f"run {run_id} of account torchfleet (running, started 20" in said, said[-3000:]
         assert "world size 3" in said and NODES[0] in said and "share_nodes=true" in said, said[-3000:]
         assert not _alive_of(BOB), "the refused launch left a process"
         # Bob sees the other account's run: on each node (status) and on the head (runs --all-users).
         status = torchfleet(bob, cluster, "status", "-e", f"cluster_user_name={BOB}", "--json")
         assert status.returncode == 0, status.stderr[-3000:]
         others = json.loads(status.stdout)["others"]
-        assert {node: [(entry["run_id"], entry["account"]) for entry in others[node]] for node in NODES} == {
-            node: [(run_id, "torchfleet")] for node in NODES}, others
+        assert all((run_id, "torchfleet") in [(entry["run_id"], entry["account"]) for entry in others[node]]
+                   for node in NODES), others
         listed = torchfleet(bob, cluster, "runs", "-e", f"cluster_user_name={BOB}", "--all-users", "--json")
         assert listed.returncode == 0, listed.stderr[-3000:]
         assert [(item["run_id"], item["account"], item["state"], item["world_size"])
