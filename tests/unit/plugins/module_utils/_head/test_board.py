@@ -28,14 +28,16 @@ def test_an_entry_counts_while_it_starts_then_only_while_a_process_names_its_run
     later = time.time() + board.STARTING_FOR + 1
     assert board.read_entries(where, now=later) == []  # its start long past, no process: gone
     # A process of the entry's owner naming the run (as torchrun's --log-dir does): running.
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)",
-                             f"--log-dir=/runs/{ENTRY['run_id']}/workers/node0"])
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)",
+                             f"--log-dir=/runs/{ENTRY['run_id']}/workers/node0"], stdout=subprocess.PIPE)
     try:
+        assert proc.stdout.readline() == b"up\n"  # its command line is its own by now (after exec)
         [entry] = board.read_entries(where, now=later)
         assert entry["state"] == "running"
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
     assert board.read_entries(where, now=later) == []
 
 
