@@ -446,7 +446,8 @@ def probe(request: dict) -> dict:
     if "board" in request:
         answer["others"] = others_alive()
         answer["announced"] = None
-        if not answer["others"] or request["board"]["share"]:
+        # No entry in check mode: only the others are read.
+        if request["board"]["entry"] and (not answer["others"] or request["board"]["share"]):
             sweep_own()
             answer["announced"] = announce(request["board"]["entry"])
     if "withdraw" in request:

@@ -112,3 +112,9 @@ def test_an_open_mpi_daemon_is_known_by_its_runs_log_directory():
     assert node_probe.daemon_run_id(b"\0".join(argv) + b"\0") == "tf-20261125-164309-2f2f29"
     assert node_probe.daemon_run_id(b"/usr/bin/python3\0-c\0orte_output_filename\0/x/tf-1/ranks\0") is None
     assert node_probe.daemon_run_id(b"/usr/bin/orted\0--daemonize\0") is None
+
+
+def test_a_board_request_without_an_entry_only_reads_the_others():
+    # Check mode's launch asks for the others and writes nothing (the entry is None).
+    answer = node_probe.probe({"board": {"entry": None, "share": False}})
+    assert answer["announced"] is None and isinstance(answer["others"], list)
