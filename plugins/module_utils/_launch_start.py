@@ -300,7 +300,12 @@ def follow_run(module, plan, run_dir, supervisor_proc, control_dir) -> RunRecord
                 module.params["detach_when"] == "submitted"
                 or (record.job_state == "RUNNING" if record.job_id
                     else ranks_started(module, plan, record, control_dir))):
-            return record
+            # Read again: the ranks may have started after the record above was read, and the
+            # record says running only once the supervisor wrote so.
+            fresh = read_record(run_dir)
+            if record.job_id or module.params["detach_when"] == "submitted" or fresh.state not in (
+                    RunState.STARTING.value, RunState.RESTARTING.value):
+                return fresh
         if supervisor_proc.poll() is not None:
             time.sleep(0.1)  # it died before its last record, which its guardian writes
             continue
