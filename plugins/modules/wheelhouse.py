@@ -112,6 +112,7 @@ downloaded_bytes:
   type: int
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -257,6 +258,12 @@ def main():
 
     path = os.path.join(params["root"], spec_key(params, glibc))
     lock_path = os.path.join(path, LOCK)
+    if not module.check_mode:
+        # Two controllers asking for one spec at once (two terminals, two accounts' setups): one
+        # downloads, the other waits for it here and then finds the spec complete. Held until exit.
+        os.makedirs(params["root"], exist_ok=True)
+        downloading = open(path + ".downloading", "a", encoding="utf-8")  # pylint: disable=consider-using-with
+        fcntl.flock(downloading, fcntl.LOCK_EX)
     if os.path.exists(lock_path):
         found = read_lock(path)
         upgraded = found is None
