@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 NODES ?= 3
+# pytest workers of `make unit`: each sets up a local cluster of its own and takes whole test
+# files, so one file's tests never share nodes with another's running at the same time.
+TEST_WORKERS ?= 2
 BIN := $(abspath $(VENV))/bin
 # Molecule, pytest and the playbooks find ansible-playbook, ansible and molecule in the venv.
 export PATH := $(BIN):$(PATH)
@@ -42,7 +45,7 @@ image: $(BIN)/torchfleet
 unit: image
 	@command -v mpirun >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq openmpi-bin; } || { echo "install Open MPI (openmpi-bin) for the tests"; exit 1; }
-	pytest
+	pytest -n $(TEST_WORKERS) --dist loadfile
 
 molecule: image
 	molecule test

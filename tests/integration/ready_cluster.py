@@ -12,7 +12,9 @@ from torchfleet import devcluster
 REPO = Path(__file__).resolve().parents[2]
 # A name per test session: two sessions side by side (or one beside a CI run on the same Docker)
 # each get their own containers, never the other's, whose key is not theirs.
-NAME = os.environ.get("TORCHFLEET_TEST_CLUSTER") or f"tfit{os.getpid()}"
+# Under pytest-xdist each worker is a process of its own, with a cluster of its own.
+NAME = (os.environ["TORCHFLEET_TEST_CLUSTER"] + os.environ.get("PYTEST_XDIST_WORKER", "")
+        if os.environ.get("TORCHFLEET_TEST_CLUSTER") else f"tfit{os.getpid()}")
 NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
 TEST_PACKAGES = ["torch==2.13.0", "numpy", "tqdm"]
 
