@@ -41,9 +41,9 @@ import yaml
 
 from benchlib import REPO, commit, run_timed  # bench/ is the script's directory, first on sys.path
 SCRIPT_ARGS = ["--use-syn", "--epochs", "1", "--steps-per-epoch", "5", "--no-wandb", "--out-dir", "/tmp"]
-# torchfleet's own ansible-runner path (torchfleet.run.run, as `torchfleet launch` calls it) on a playbook.
-FLOOR_RUNNER = ("import os, sys; from torchfleet.run import Progress, run; "
-                "sys.exit(run(playbook=os.path.abspath(sys.argv[1]), inventories=[sys.argv[2]], cmdline=[], "
+# torchfleet's own ansible-runner path (torchfleet.ansible_calls.call, as `torchfleet launch` calls it) on a playbook.
+FLOOR_RUNNER = ("import os, sys; from torchfleet.ansible_calls import Progress, call; "
+                "sys.exit(call(playbook=os.path.abspath(sys.argv[1]), inventories=[sys.argv[2]], cmdline=[], "
                 "progress=Progress(stream=open(os.devnull, 'w'))).rc)")
 
 

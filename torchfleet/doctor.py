@@ -1,7 +1,7 @@
 """`torchfleet doctor`: check a cluster that setup prepared, and say what is wrong and how to fix it.
 
 Runs the collection's doctor playbook (read-only) against an inventory through ansible-runner, as
-every playbook runs (torchfleet.run), reads the JSON report the playbook writes on the controller,
+every playbook runs (torchfleet.ansible_calls), reads the JSON report the playbook writes on the controller,
 and prints a table (or the JSON). Exit status: 0 when every check passes, 1 when a check fails, 2
 when the doctor itself could not run.
 """
@@ -38,7 +38,7 @@ def collect(inventory: str | os.PathLike, master_port: int | None = None, extra_
 
     Raises DoctorError when the inventory cannot be read or the playbook does not finish.
     """
-    from torchfleet.run import Progress, ansible_env, run
+    from torchfleet.ansible_calls import Progress, ansible_env, call
 
     inventory = Path(inventory).expanduser()
     if not inventory.is_absolute():
@@ -56,8 +56,8 @@ def collect(inventory: str | os.PathLike, master_port: int | None = None, extra_
             variables["master_port"] = int(master_port)
         # Quiet: the report is the doctor's output; Ansible's own is kept for when it fails.
         progress = Progress(stream=io.StringIO(), tail=deque(maxlen=200))
-        outcome = run(playbook=PLAYBOOK, inventories=[str(inventory)], cmdline=["-e", json.dumps(variables)],
-                      progress=progress, keep_on_failure=False)
+        outcome = call(playbook=PLAYBOOK, inventories=[str(inventory)], cmdline=["-e", json.dumps(variables)],
+                       progress=progress, keep_on_failure=False)
         output = "\n".join(progress.tail)
         if outcome.rc != 0 or not report.exists():
             raise DoctorError(f"the doctor playbook failed (exit code {outcome.rc}): "

@@ -159,7 +159,7 @@ def head_account(hosts: list[str], hostvars: dict, extra: dict, group: str = "cl
 def cluster_vars(given: list[str], extra_vars: list[str]) -> dict:
     """The head, the training account, the runs' directory (head_account) and the head's
     inventory variables, from the inventories -i and the extra vars -e."""
-    from torchfleet.run import ansible_env
+    from torchfleet.ansible_calls import ansible_env
 
     extra = parse_extra_vars(extra_vars)
     group = cluster_group(extra)

@@ -59,7 +59,7 @@ INHERITED = "<inherited>"
 REDACTED = "<redacted>"
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # the CLI checks its run ids with it too
 _IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")  # Linux: at most 15 characters
 _ADDRESS = re.compile(r"[A-Za-z0-9:][A-Za-z0-9._:-]{0,252}")  # DNS name or IP literal
 # Interfaces that exist on a node but never carry cluster traffic (docker0 and the like: NCCL and Gloo hang on them).
@@ -414,7 +414,7 @@ def validate(plan: Plan) -> None:
     if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
         raise PlanError(f"port {port!r} is not usable for rendezvous; give an integer from 1024 "
                         f"to 65535 (default {DEFAULT_PORT})")
-    if not isinstance(plan.run_id, str) or not _RUN_ID.fullmatch(plan.run_id):
+    if not isinstance(plan.run_id, str) or not RUN_ID.fullmatch(plan.run_id):
         raise PlanError(f"run_id {plan.run_id!r} is not valid; use 1 to 64 characters from "
                         f"letters, digits, '_', '.' and '-'")
     _check_text(plan.script, "script", "give the training script's path on the nodes",
@@ -626,7 +626,7 @@ def render(plan: Plan) -> Rendered:
         if plan.log_dir:
             argv += ["--output-filename", plan.log_dir]
         # "[JOB,RANK]<stdout>:" on every line: which node (torchrun mode) or rank (rank mode)
-        # wrote it, so the run's output can be followed per rank (_head.record.shown).
+        # wrote it, so the run's output can be followed per rank (_head.labels.shown).
         argv.append("--tag-output")
         if plan.allow_run_as_root:
             argv.append("--allow-run-as-root")

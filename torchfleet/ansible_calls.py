@@ -1,5 +1,5 @@
-"""Run the collection's playbooks, every one (the doctor's too), and ad-hoc module calls through
-ansible-runner.
+"""Calls of Ansible: the collection's playbooks, every one (the doctor's too), and ad-hoc module
+calls, through ansible-runner.
 
 Every run gets a fresh private data directory; settings travel as environment variables, extra
 vars on the command line, so nothing of the user's (or a secret) is written to env/ files. The
@@ -171,10 +171,10 @@ class CtrlC:
         return self.heard
 
 
-def run(*, playbook: str | None = None, module: str | None = None, module_args: str = "",
-        host_pattern: str = "cluster", inventories: list[str], cmdline: list[str],
-        progress: Progress, keep_on_success: bool = False, keep_on_failure: bool = True,
-        ctrl_c: CtrlC | None = None, passwords: dict | None = None) -> Outcome:
+def call(*, playbook: str | None = None, module: str | None = None, module_args: str = "",
+         host_pattern: str = "cluster", inventories: list[str], cmdline: list[str],
+         progress: Progress, keep_on_success: bool = False, keep_on_failure: bool = True,
+         ctrl_c: CtrlC | None = None, passwords: dict | None = None) -> Outcome:
     import ansible_runner  # imported late: `render` and `cluster` never need it
 
     private = Path(tempfile.mkdtemp(prefix="torchfleet-run-"))
@@ -214,7 +214,8 @@ def run(*, playbook: str | None = None, module: str | None = None, module_args: 
     return Outcome(rc, result.status, progress, private / "artifacts" / ident)
 
 
-def print_failures(outcome: Outcome, stream=sys.stderr) -> None:
+def print_failures(outcome: Outcome, stream=None) -> None:
+    stream = stream or sys.stderr  # the one of the moment, not the one at import
     for host, failure in outcome.progress.failures.items():
         what = "unreachable" if failure["unreachable"] else "failed"
         message = failure["msg"]

@@ -1,0 +1,72 @@
+"""Calls of Ansible through ansible-runner: progress from the event stream, the fact cache."""
+
+from pathlib import Path
+
+import pytest
+
+
+def events():
+    yield {"event": "playbook_on_task_start", "event_data": {"task": "Install"}}
+    for host in ("n1", "n2"):
+        yield {"event": "runner_on_start", "event_data": {"host": host, "task": "Install"}}
+        yield {"event": "runner_on_ok", "event_data": {"host": host, "task": "Install",
+                                                       "res": {"changed": host == "n1"}}}
+    yield {"event": "runner_on_failed", "event_data": {"host": "n2", "task": "Check", "res": {"msg": "no GPU"}}}
+    yield {"event": "runner_on_unreachable", "event_data": {"host": "n1", "task": "Check",
+                                                            "res": {"msg": "ssh: timed out"}}}
+    yield {"event": "playbook_on_stats", "event_data": {"changed": {"n1": 1}}}
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_progress_counts_hosts_and_keeps_failures(tmp_path, live):
+    import io
+
+    from torchfleet.ansible_calls import Progress
+    stream = io.StringIO()
+    progress = Progress(stream=stream, live=live)
+    (tmp_path / "command").write_text('{"env": {"SECRET": "x"}}')
+    progress._artifacts = tmp_path
+    for event in events():
+        progress(event)
+    assert not (tmp_path / "command").exists()  # the environment never stays on disk
+    assert (progress.hosts["n1"].done, progress.hosts["n1"].changed, progress.hosts["n1"].failed) == (2, 1, 1)
+    assert progress.failures == {
+        "n2": {"task": "Check", "msg": "no GPU", "unreachable": False},
+        "n1": {"task": "Check", "msg": "ssh: timed out", "unreachable": True}}
+    assert progress.stats == {"changed": {"n1": 1}}
+    text = stream.getvalue()
+    if live:
+        assert "\x1b[2F" in text and "FAILED" in text  # redraws its two lines in place
+    else:
+        assert "torchfleet: Install\n" in text and "torchfleet: n2: FAILED: Check\n" in text
+
+
+def test_the_live_display_fits_80_columns_and_redraws_exactly_its_lines():
+    import io
+    import re
+
+    from torchfleet.ansible_calls import Progress
+    stream = io.StringIO()
+    progress = Progress(stream=stream, live=True, width=80)
+    long_task = "Install the Python environment from the wheelhouse the controller sent into the cluster"
+    for host in ("gpu-node-with-a-long-name-0001.example.org", "n2"):
+        for _count in range(3):
+            progress({"event": "runner_on_ok", "event_data": {"host": host, "task": long_task, "res": {}}})
+    frames = stream.getvalue().split("\x1b[2F")
+    last = frames[-1]
+    rows = [re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", row) for row in last.split("\n") if row]
+    assert len(rows) == 2 and all(len(row) <= 79 for row in rows), rows
+    assert rows[1].startswith("n2 ") and "3 tasks" in rows[1]
+
+
+def test_the_fact_cache_is_never_in_the_directory_the_command_runs_from(tmp_path, monkeypatch):
+    from torchfleet import ansible_calls as runner, collection
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert runner.fact_cache_dir() == collection.CHECKOUT / ".cache" / "facts"  # where the checkout's playbooks cache
+    monkeypatch.setattr(runner, "checkout", lambda: None)  # installed from the wheel
+    assert runner.fact_cache_dir() == tmp_path / "state" / "torchfleet" / "fact_cache"
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", "/srv/facts")
+    assert runner.fact_cache_dir() == Path("/srv/facts")

@@ -1,0 +1,58 @@
+"""`torchfleet render`: the launch command, hostfile and environment (or a PBS/Slurm batch
+script) from the inventory and setup's cached facts; runs nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from torchfleet.cli.usage import UsageError
+
+
+def render_command(args: argparse.Namespace) -> int:
+    from torchfleet import plan as tfplan
+    from torchfleet.collection import module_util
+    from torchfleet.extra_vars import parse_extra_vars
+    from torchfleet.inventory import cluster_group, inventory_paths, read_inventory
+    from torchfleet.ansible_calls import ansible_env, fact_cache_dir
+
+    extra = parse_extra_vars(args.extra_vars)
+    batch = args.format in ("pbs", "slurm")
+    with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
+        if batch and not args.inventory and not Path("inventory").is_dir():
+            hosts, hostvars = [], {}
+        else:
+            inventories = inventory_paths(args.inventory, Path(scratch))
+            hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()),
+                                             limit=args.limit, group=cluster_group(extra))
+    if batch:
+        if not args.nodes or args.nodes < 1:
+            raise UsageError(f"--format {args.format} needs --nodes N (the allocation's node count)")
+    plan, source = tfplan.build(args.script, list(args.script_args), extra, hosts, hostvars,
+                                fact_cache_dir(), batch_nodes=args.nodes if batch else None,
+                                batch_slots=args.gpus_per_node, batch_format=args.format)
+    rendered = tfplan.render(plan)
+    if batch:
+        whole = tfplan.as_bool(extra.get("batch_whole_nodes", True))
+        try:
+            script = module_util("_batch_script").batch_script(
+                args.format, plan, rendered, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                walltime=args.walltime, queue=args.queue, account=args.account, whole_nodes=whole,
+                extra_args=extra.get(f"{args.format}_extra_args") or [])
+        except ValueError as error:
+            raise UsageError(str(error)) from error
+        sys.stdout.write(script)
+        return 0
+    origin = ("the cached facts of setup" if source == "facts" else "the inventory alone (no facts cached: run "
+              "`torchfleet setup` for the real addresses, interfaces and paths)")
+    print(f"torchfleet: rendered from {origin}",
+          file=sys.stderr)
+    if args.json:
+        print(json.dumps(tfplan.as_json(plan, rendered, source), indent=1))
+    else:
+        sys.stdout.write(tfplan.as_text(plan, rendered, source))
+    return 0
