@@ -49,7 +49,7 @@ def behind_bastion(cluster, tmp_path_factory):
                      f"TORCHFLEET_AUTHORIZED_KEY={open(key + '.pub').read().strip()}", image)
     assert started.returncode == 0, started.stderr
     try:
-        bastion, bastion_keys = devcluster._node_facts(NAME, BASTION)  # waits for its sshd
+        bastion, bastion_keys = devcluster.node_facts(NAME, BASTION)  # waits for its sshd
         # The nodes' host keys, under the names the inventory gives them (their own, read
         # through Docker when the cluster came up).
         known = tmp / "known_hosts"
