@@ -26,7 +26,8 @@ demo: $(BIN)/torchfleet
 test: lint sanity unit molecule
 
 # ansible-lint (production profile), every role's argument spec against its defaults, and the
-# launch role's spec, defaults and launch.yml's short names against the launch option table.
+# launch role's spec, defaults, launch.yml's short names and run.yml's module options against
+# the launch option table.
 lint: $(BIN)/torchfleet
 	ansible-lint
 	$(BIN)/python tests/lint/role_defaults.py

@@ -20,13 +20,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (  # noqa: E402
-    BY_NAME, CHECKED_OPTIONS, role_options, short_names)
+    BY_NAME, CHECKED_OPTIONS, OPTIONS, role_options, short_names)
 
 ROLE = ROOT / "roles" / "launch"
 SPEC = ROLE / "meta" / "argument_specs.yml"
 DEFAULTS = ROLE / "defaults" / "main.yml"
 PLAYBOOK = ROOT / "playbooks" / "launch.yml"
 VALIDATE = ROLE / "tasks" / "validate.yml"
+RUN = ROLE / "tasks" / "run.yml"
+# Module options that run.yml hands over inside another: each node's slots carry nproc_per_node.
+FOLDED = {"nproc_per_node": "nodes"}
 WRITER = "tools/write_launch_options.py from the option table in plugins/module_utils/_launch_options.py"
 BEGIN = "      # BEGIN names written by tools/write_launch_options.py: do not edit\n"
 END = "      # END names\n"
@@ -77,18 +80,37 @@ def validate_text() -> str:
     return _between(VALIDATE, VARIABLES_BEGIN, VARIABLES_END, variables)
 
 
+def _tasks(tasks):
+    for task in tasks:
+        yield from _tasks(task["block"]) if "block" in task else (task,)
+
+
+def unpassed_options() -> list[str]:
+    """Module options with a role variable that run.yml's start of the module does not pass: a new
+    option added to the table but not handed to the module (its value would be silently lost)."""
+    calls = [task["torchfleet.cluster.torchrun_launch"] for task in _tasks(yaml.safe_load(RUN.read_text()))
+             if "torchfleet.cluster.torchrun_launch" in task]
+    passed = {key for call in calls if call.get("state") == "started" for key in call}
+    return [option.name for option in OPTIONS
+            if option.module and option.role_name and option.name not in passed | set(FOLDED)]
+
+
 def main(argv: list[str]) -> int:
     wanted = {SPEC: spec_text(), DEFAULTS: defaults_text(), PLAYBOOK: playbook_text(), VALIDATE: validate_text()}
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
+    unpassed = unpassed_options()
+    for name in unpassed:
+        print(f"{RUN.relative_to(ROOT)} does not pass the module option {name} (launch_{name} is lost): "
+              f"add `{name}: \"{{{{ {BY_NAME[name].role_name} }}}}\"` to its torchrun_launch task", file=sys.stderr)
     if "--check" in argv:
         for path in stale:
             print(f"{path.relative_to(ROOT)} is not what the launch option table says: run "
                   f"python tools/write_launch_options.py and commit the result", file=sys.stderr)
-        return 1 if stale else 0
+        return 1 if stale or unpassed else 0
     for path in stale:
         path.write_text(wanted[path])
         print(f"wrote {path.relative_to(ROOT)}")
-    return 0
+    return 1 if unpassed else 0
 
 
 if __name__ == "__main__":
