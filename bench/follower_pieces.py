@@ -1,6 +1,7 @@
 """The head's follower on a rank's progress bar and on one very long line, this version against
 an earlier one side by side in the same run (no cluster: the follower reads files as it does on
-the head, through `python3 -S record.py follow`, as the torchfleet command runs it).
+the head, through `python3 -S -c PROGRAM follow`, as the torchfleet command runs it: this
+version's follower.PROGRAM, the earlier one's record.py, a program by itself).
 
 (bar) a worker's stderr gets `\\rstep N WALLCLOCK` every 0.2 s for 30 steps, then its newline:
   for each step, the time from its write to the follower's first line that carries it (a
@@ -27,21 +28,20 @@ import time
 from pathlib import Path
 
 from benchlib import REPO, commit  # bench/ is the script's directory, first on sys.path
+sys.path.insert(0, str(REPO / ".collections"))
 
-RECORD = "plugins/module_utils/_head/record.py"
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import fanout, follower  # noqa: E402
+
+RECORD = "plugins/module_utils/_head/record.py"  # the earlier version's follower
 
 
-def _run_dir(root: Path, source: str) -> tuple[Path, Path]:
-    """A run directory whose ranks write only torchrun's files, as the launch leaves it."""
+def _run_dir(root: Path) -> tuple[Path, Path]:
+    """A run directory whose ranks write only torchrun's files on the head, as the launch leaves it."""
     run_dir = root / "r1"
     workers = run_dir / "workers" / "r1_x" / "attempt_0" / "0"
     workers.mkdir(parents=True)
-    package = root / "package"
-    package.mkdir()
-    (package / "record.py").write_text(source)
     plan = {"worker_files": True, "paths": {"workers": str(run_dir / "workers")}, "head": "n0", "nproc": 1,
-            "nodes": [{"name": "n0", "address": "n0"}], "python": sys.executable, "ssh": "ssh",
-            "package": str(package)}
+            "nodes": [{"name": "n0", "address": "n0"}], "python": sys.executable, "ssh": "ssh"}
     (run_dir / "run.json").write_text(json.dumps(plan))
     return run_dir, workers
 
@@ -60,10 +60,10 @@ def _record(run_dir: Path, state: str) -> None:
 
 
 class Follower:
-    """`python3 -S record.py follow RUN_DIR` here, each line of its output timed as it comes."""
+    """`python3 -S -c PROGRAM follow RUN_DIR` here, each line of its output timed as it comes."""
 
-    def __init__(self, package: Path, run_dir: Path):
-        self.proc = subprocess.Popen([sys.executable, "-S", str(package / "record.py"), "follow", str(run_dir)],
+    def __init__(self, program: str, run_dir: Path):
+        self.proc = subprocess.Popen([sys.executable, "-S", "-c", program, "follow", str(run_dir)],
                                      stdout=subprocess.PIPE)
         self.lines = []
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -80,11 +80,11 @@ class Follower:
         return usage.ru_maxrss
 
 
-def progress_bar(source: str) -> dict:
+def progress_bar(program: str) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
-        run_dir, workers = _run_dir(Path(scratch), source)
+        run_dir, workers = _run_dir(Path(scratch))
         _record(run_dir, "running")
-        follower = Follower(Path(scratch) / "package", run_dir)
+        running = Follower(program, run_dir)
         written = {}
         with open(workers / "stderr.log", "w", encoding="utf-8") as log:
             for step in range(30):
@@ -97,9 +97,9 @@ def progress_bar(source: str) -> dict:
             ended = time.time()
         time.sleep(0.5)
         _record(run_dir, "succeeded")
-        follower.end()
+        running.end()
     seen = {}
-    for arrived, raw in follower.lines:
+    for arrived, raw in running.lines:
         for step in re.findall(rb"step (\d+) ", raw):
             seen.setdefault(int(step), arrived - written[int(step)])
     latencies = [seen[step] for step in sorted(seen)]
@@ -108,11 +108,11 @@ def progress_bar(source: str) -> dict:
             "worst_s": max(latencies) if latencies else None}
 
 
-def huge(source: str) -> dict:
+def huge(program: str) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
-        run_dir, workers = _run_dir(Path(scratch), source)
+        run_dir, workers = _run_dir(Path(scratch))
         _record(run_dir, "running")
-        follower = Follower(Path(scratch) / "package", run_dir)
+        running = Follower(program, run_dir)
         piece = b"y" * (1 << 20)
         with open(workers / "stdout.log", "wb") as log:
             for _piece in range(64):
@@ -123,9 +123,9 @@ def huge(source: str) -> dict:
         written = time.time()
         time.sleep(1.0)
         _record(run_dir, "succeeded")
-        peak = follower.end()
-    carrying = [arrived for arrived, raw in follower.lines if b"yyyy" in raw]
-    received = sum(raw.count(b"y") for _arrived, raw in follower.lines)
+        peak = running.end()
+    carrying = [arrived for arrived, raw in running.lines if b"yyyy" in raw]
+    received = sum(raw.count(b"y") for _arrived, raw in running.lines)
     return {"peak_rss_mib": round(peak / 1024, 1), "bytes_passed_on": received,
             "last_piece_after_s": round(carrying[-1] - written, 3) if carrying else None}
 
@@ -134,10 +134,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default="92fc650", help="the earlier commit to compare with")
     args = parser.parse_args()
-    sources = {"this": (REPO / RECORD).read_text(),
-               args.against: subprocess.run(["git", "show", f"{args.against}:{RECORD}"], cwd=REPO, check=True,
-                                            capture_output=True, text=True).stdout}
-    found = {name: {"bar": progress_bar(source), "huge": huge(source)} for name, source in sources.items()}
+    programs = {"this": fanout.program(follower.PROGRAM, "follower"),
+                args.against: subprocess.run(["git", "show", f"{args.against}:{RECORD}"], cwd=REPO, check=True,
+                                             capture_output=True, text=True).stdout}
+    found = {name: {"bar": progress_bar(program), "huge": huge(program)} for name, program in programs.items()}
     result = {"commit": commit(), "against": args.against, "results": found}
     out = REPO / "bench" / "results" / "follower_pieces.json"
     out.write_text(json.dumps(result, indent=1) + "\n")

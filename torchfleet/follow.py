@@ -1,7 +1,7 @@
 """Following a run on the head from the controller: its output as it is written, and its end.
 
 A run's supervisor keeps the run's record and launcher.log in the run's directory on the head;
-here the controller runs the head package's record.py there over ssh (`python3 -S -c`, the
+here the controller runs the head package's follower there over ssh (`python3 -S -c`, the
 standard library alone) and reads what it prints: "L <line>" for each line of output, then
 "E <record>" when the run has ended. The ssh command is the one Ansible's own ssh connection
 builds for the head (its variables, ansible.cfg's [ssh_connection] and the ANSIBLE_SSH_*
@@ -97,11 +97,11 @@ def become_password(hostvars: dict, given: str | None = None) -> str | None:
 
 
 def remote_command(head: Head, hostvars: dict, args: list[str]) -> str:
-    """`python3 -S -c <record.py> ARGS` on the head, as the training account unless the
+    """`python3 -S -c <the follower> ARGS` on the head, as the training account unless the
     connection's account is it or root (which reads the runs as they are): through sudo, which
     reads its password from the stream's stdin when one was given (-K, ansible_become_password)."""
-    source = module_util("_head").source("record")
-    argv = ["python3", "-S", "-c", source, *args]
+    program = module_util("_head.fanout").program(module_util("_head.follower").PROGRAM, "follower")
+    argv = ["python3", "-S", "-c", program, *args]
     login = head.login or str(hostvars.get("ansible_user") or "")
     if login not in (head.user, "root"):
         sudo = ["sudo", "-S", "-p", ""] if head.become_password is not None else ["sudo", "-n"]
@@ -116,7 +116,7 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
     redraw of a line a line of its own); with `on_piece(kind, key, text)` the pieces of lines
     redrawn or cut go there instead (a terminal's screen.Live draws them in place), and a
     scheduler's word as kind "S". `ranks`: "0", "all", "rank:N", "node:HOST" or "none" (see the
-    head package's record.shown_parts); `tail`: of what was written before, the last lines only.
+    head package's labels.shown_parts); `tail`: of what was written before, the last lines only.
     The newest run when `run_id` is None."""
     where = f"{head.log_dir}/{run_id}" if run_id else head.log_dir
     verb = "follow" if until_end else "print"
@@ -167,7 +167,7 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
 
 def deliver(raw: str, on_line=None, on_piece=None) -> dict | None:
     """Hand one line of the head's follower on (see follow); the run's record once it says it."""
-    follower = module_util("_head.record")  # the follower on the head: its lines' prefixes
+    follower = module_util("_head.follower")  # the follower on the head: its lines' prefixes
     if raw.startswith(follower.LINE):
         if on_line:
             on_line(raw[2:])

@@ -2,7 +2,7 @@
 
 The follower passes on the pieces of a line a script redraws with "\r" (tqdm, rich, Lightning's
 bars): each redraw while the line is open, what it reads between two redraws, and its end (see
-the head package's record.Tail.pieces). On a terminal every open line is drawn in place at the
+the head package's tail.Tail.pieces). On a terminal every open line is drawn in place at the
 bottom, one row per file still drawing (rank 0's stderr; with --all-ranks each rank's own), and
 lines that end are printed above them; anywhere else each redraw is a line of its own.
 """

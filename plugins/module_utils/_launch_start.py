@@ -21,6 +21,9 @@ from datetime import datetime, timezone
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import supervisor
+# Not used here: imported so that the module's zip, which carries what the module imports, holds
+# the follower and its line server for the head package it installs (head_package_files).
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import follower  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.attempts import attempt_nodes, spares
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import close_ssh_masters, withdraw_from_board
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import (

@@ -93,12 +93,13 @@ def test_a_tqdm_bar_is_drawn_live_in_place_on_a_terminal_and_kept_in_the_log(clu
 
 
 def _peak_memory_of_the_follower(run_id):
-    """The head's follower (`record.py print`, as the torchfleet command runs it over ssh) run
-    whole on the head: its peak resident memory in KiB, and the bytes it printed."""
+    """The head's follower (`follower.py print`, as the torchfleet command runs it over ssh) run
+    whole on the head, from the run's head package: its peak resident memory in KiB, and the bytes
+    it printed."""
     plan = json.loads(run(["docker", "exec", HEAD, "cat", f"{RUNS}/{run_id}/run.json"], timeout=60).stdout)
-    measure = ("import resource, subprocess, sys; "
-               "out = subprocess.run(['python3', '-S', sys.argv[1] + '/record.py', 'print', sys.argv[2]], "
-               "stdout=subprocess.PIPE, check=True).stdout; "
+    measure = ("import os, resource, subprocess, sys; "
+               "out = subprocess.run(['python3', '-S', '-m', '_head.follower', 'print', sys.argv[2]], "
+               "cwd=os.path.dirname(sys.argv[1]), stdout=subprocess.PIPE, check=True).stdout; "
                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, len(out))")
     found = run(["docker", "exec", "-u", "torchfleet", HEAD, "python3", "-c", measure, plan["package"],
                  f"{RUNS}/{run_id}"], timeout=LIMIT)

@@ -7,21 +7,24 @@
 - transitions: the one writer of the run's record, its states and who may change them;
 - guardian: ends a run whose supervisor died, and records it lost;
 - slurm_job: the run's Slurm job; slurm: Slurm as the launch checks and drives it;
-- record: the run's record (state.json) and the supervisor's plan (run.json), and the follower
-  of a run's output (`python3 -S -m _head.record follow RUN_DIR`);
+- record: the run's record (state.json), the supervisor's plan (run.json), the index of runs;
+- follower: a run's output as it is written, and its end (`python3 -S -m _head.follower follow
+  RUN_DIR`); labels: which rank and node wrote each line, and which lines it shows; tail: a
+  growing file read in pieces of lines; line_server: the other nodes' worker files, for it;
 - report: what a run's logs say (the failing rank) and the words of every end;
 - probe: what a launch asks of each node (`python3 -S -m _head.probe`, a JSON request on stdin);
 - board: the run board, where each node's runs announce themselves to every account;
-- fanout: the head's ssh to the other nodes (probes, the clean-up, the ssh masters).
+- fanout: the head's ssh to the other nodes (probes, the clean-up, the ssh masters);
+  loader: several of these files made one `python3 -S -c` program.
 
 The launch module installs the package once per version on the head (a directory named for the
 digest of its files, see _launch_start.install_head_package): every run of that version starts
 from it, and a run restarted by hand starts from the version that restarts it. The files are imported within the package by relative
 imports alone, so the package works under any name: ansible_collections...module_utils._head
-(module, filters, CLI) and `_head` on the head. record.py imports nothing of the package: it
-also travels alone, as the text of one `python3 -S -c` argument (the follower from the
-controller); the probe travels to the other nodes with the board it reads, the two files made
-one program (fanout.program).
+(module, filters, CLI) and `_head` on the head. Some also travel as one `python3 -S -c` program of
+the files they need (loader.py): the follower from the controller to the head (follower.PROGRAM),
+the follower's line server from the head to the other nodes (line_server.PROGRAM), the probe with the board
+it reads (fanout.program).
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from __future__ import annotations
 import os
 
 # The package's files, as the launch module copies them to the head.
-FILES = ("__init__", "attempts", "board", "fanout", "guardian", "liveness", "node_checks", "probe", "record", "report",
-         "slurm", "slurm_job", "supervisor", "transitions")
+FILES = ("__init__", "attempts", "board", "fanout", "follower", "guardian", "labels", "line_server", "liveness",
+         "loader", "node_checks", "probe", "record", "report", "slurm", "slurm_job", "supervisor", "tail", "transitions")
 
 
 def source(name: str) -> str:

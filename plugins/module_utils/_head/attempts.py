@@ -18,9 +18,10 @@ from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_n
 from .liveness import SSH_PORT, node_answers
 from .node_checks import head_copies, rejoin_problem, rejoin_request
 from .probe import end_run, find_run_processes, port_in_use
-from .record import DONE, WHOLE, RunRecord, SupervisorPlan, Tail, node_workers, reserve_space
+from .record import RunRecord, SupervisorPlan, node_workers, reserve_space
 from .report import now_iso
 from .slurm_job import next_job, renderer
+from .tail import DONE, WHOLE, Tail
 
 RESTART_VAR = "TORCHFLEET_RESTART_COUNT"  # the attempt's number, for the script (0: the first)
 WAIT_EVERY = 3.0  # seconds between two looks for the nodes of a restart

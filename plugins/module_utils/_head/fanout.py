@@ -1,7 +1,8 @@
 """The head's ssh to the other nodes, in parallel: the probe's questions (probe_nodes), the end
 of a run's leftovers after it failed or was stopped (end_run_on_nodes), and the OpenSSH masters a
 launch keeps open to them (close_ssh_masters). Used by the launch module for its checks and by
-the run's supervisor for its clean-up; standard library only.
+the run's supervisor for its clean-up, and its `program` by the torchfleet command for the
+follower it sends to the head; standard library only.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 from . import source
+from .loader import program_of
 from .probe import probe
 
 # The head's checks of the other nodes: seconds for one node to answer, and how many at once
@@ -24,26 +26,10 @@ PROBE_FANOUT = 64
 MASTER_PERSIST = 60
 
 
-# A program of several of the package's files as one `python -c` argument: each file's text made
-# a module of a package `_head` (so their relative imports hold), in order, then MAIN's main().
-LOADER = """
-import sys, types
-package = types.ModuleType("_head")
-package.__path__ = []
-sys.modules["_head"] = package
-for name, text in SOURCES:
-    module = types.ModuleType("_head." + name)
-    module.__package__ = "_head"
-    sys.modules[module.__name__] = module
-    exec(compile(text, name + ".py", "exec"), module.__dict__)
-sys.exit(sys.modules["_head." + MAIN].main())
-"""
-
-
 def program(names: tuple, main: str) -> str:
     """The text of a program made of the package's files `names` (each before those importing
     it) that runs `main`'s main()."""
-    return f"SOURCES = {[(name, source(name)) for name in names]!r}\nMAIN = {main!r}\n" + LOADER
+    return program_of([(name, source(name)) for name in names], main)
 
 
 def probe_command(python: str) -> str:

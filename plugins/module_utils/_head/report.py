@@ -13,8 +13,9 @@ import re
 import signal
 from datetime import datetime, timezone
 
+from .labels import slot_owner, untagged
 from .probe import clipped, last_lines, log_tail, read_end
-from .record import node_workers, slot_owner, untagged
+from .record import node_workers
 
 STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop --all)"
 TAIL_LINES = 20

@@ -3,6 +3,7 @@ head package it installs."""
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
@@ -105,3 +106,35 @@ def test_launcher_env_keeps_little_of_the_module_environment():
 def test_the_head_package_lists_each_of_its_files():
     here = Path(_head.__file__).parent
     assert sorted(_head.FILES) == sorted(path.stem for path in here.glob("*.py"))
+
+
+def _imported(path: Path, package: str):
+    """The names a file imports (absolute; `from X import Y` gives X and X.Y), as AnsiballZ reads them."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            parts = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            base = ".".join(parts + ([node.module] if node.module else []))
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+
+
+def test_the_launch_modules_zip_carries_every_file_of_the_head_package():
+    # AnsiballZ puts in the module's zip the module_utils its imports reach; head_package_files reads
+    # the head package's files from there: a file nothing imports would be missing on the head.
+    plugins = Path(_head.__file__).parents[2]
+    prefix = "ansible_collections.torchfleet.cluster.plugins"
+    seen, waiting = set(), [(plugins / "modules" / "torchrun_launch.py", f"{prefix}.modules")]
+    while waiting:
+        path, package = waiting.pop()
+        for name in _imported(path, package):
+            if not name.startswith(prefix + ".") or name in seen:
+                continue
+            where = plugins.joinpath(*name.split(".")[4:])
+            for found, its_package in ((where.with_suffix(".py"), name.rpartition(".")[0]), (where / "__init__.py", name)):
+                if found.is_file():
+                    seen.add(name)
+                    waiting.append((found, its_package))
+    carried = {name.rpartition(".")[2] for name in seen if name.startswith(f"{prefix}.module_utils._head.")}
+    assert set(_head.FILES) - {"__init__"} <= carried, set(_head.FILES) - {"__init__"} - carried

@@ -101,3 +101,15 @@ def test_which_ends_a_restart_can_help():
         assert restart_cause(state, rank, [], [], []) is None
     assert restart_cause("failed", rank, ["n2"], [], []) is None  # ranks never started: not a restart
     assert restart_cause("failed", rank, [], [{"pid": 9}], []) is None  # survivors of SIGKILL
+
+
+def test_a_run_without_restarts_gets_its_one_attempt_from_its_record(supervisor_plan):
+    failed = {"state": "failed", "started": "t0", "ended": "t1", "nodes": ["n0"], "world_size": 2,
+              "failed_rank": 1, "failed_host": "n0", "failed_exit_code": 3, "rc": 1, "msg": "run r1 failed ..."}
+    assert attempts.earlier_attempts(failed, supervisor_plan()) == [
+        {"attempt": 0, "started": "t0", "ended": "t1", "nodes": ["n0"], "world_size": 2,
+         "cause": "rank 1 on n0 exited with code 3", "workers": "/r/r1/workers"}]
+    lost = dict(failed, state="lost", msg="run r1 is lost: its supervisor is gone")
+    assert attempts.earlier_attempts(lost, supervisor_plan())[0]["cause"] == "run r1 is lost: its supervisor is gone"
+    listed = [{"attempt": 0, "cause": "x"}, {"attempt": 1, "cause": "y"}]
+    assert attempts.earlier_attempts(dict(failed, attempts=listed), supervisor_plan()) == listed

@@ -118,3 +118,9 @@ def test_a_board_request_without_an_entry_only_reads_the_others():
     # Check mode's launch asks for the others and writes nothing (the entry is None).
     answer = node_probe.probe({"board": {"entry": None, "share": False}})
     assert answer["announced"] is None and isinstance(answer["others"], list)
+
+
+def test_the_last_lines_of_a_log_keep_a_bars_last_state_only():
+    text = "start\n\r 10%\r 50%\r100%\nend\r\n"
+    assert node_probe.last_lines(text, 20) == ["start", "100%", "end"]
+    assert node_probe.last_lines("a\nb\nc", 2) == ["b", "c"]

@@ -1,140 +1,85 @@
-"""record.py's reading of a rank's output: lines redrawn with "\\r" (progress bars) and lines of
-any length, in pieces, with the memory a reader holds bounded (real files of this machine)."""
+"""record.py: a run's record (state.json) written whole and read as every reader sees it, the
+keys of the record, and the account's index of runs (real files and processes of this machine)."""
 
-import io
 import os
-import json
-import threading
-import time
+import subprocess
+import sys
 
+import pytest
+import yaml
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _head
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import record as rr
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import last_lines
+from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_run_info
 from torchfleet import follow
 
-
-def _pieces(tail, final=False):
-    found, _more = tail.pieces(final)
-    return [(kind.decode(), text.decode()) for kind, text in found]
+from run_helpers import running_record
 
 
-def test_a_redrawn_line_comes_as_each_redraw_and_its_end(tmp_path):
-    log = tmp_path / "stderr.log"
-    tail = rr.Tail(str(log))
-    with open(log, "w") as out:
-        out.write("epoch 1\n\r  0%|  | 0/3")
-        out.flush()
-        # What the line reads now, while it is open: drawn on a terminal, never a line of its own.
-        assert _pieces(tail) == [("L", "epoch 1"), ("R", "  0%|  | 0/3")]
-        assert _pieces(tail) == []  # nothing new: nothing said, nothing re-read
-        out.write("\r 33%|# | 1/3\r 67%|##| 2/3")
-        out.flush()
-        assert _pieces(tail) == [("P", "  0%|  | 0/3"), ("P", " 33%|# | 1/3"), ("R", " 67%|##| 2/3")]
-        out.write("\r100%|##| 3/3\nafter\n")
-        out.flush()
-        assert _pieces(tail) == [("P", " 67%|##| 2/3"), ("D", "100%|##| 3/3"), ("L", "after")]
+def test_state_is_written_whole_and_a_gone_supervisor_reads_as_lost(tmp_path):
+    rr.write_state(str(tmp_path), running_record())
+    assert rr.read_state(str(tmp_path))["state"] == "running"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]  # no partial file left
+    # A supervisor that died: its pid is gone (or reused by a process that started later).
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    rr.write_state(str(tmp_path), running_record(supervisor_pid=dead.pid, supervisor_start=1))
+    assert rr.read_state(str(tmp_path))["state"] == "lost"
+    rr.write_state(str(tmp_path), running_record(boot_id="another-boot"))  # the head rebooted
+    assert rr.read_state(str(tmp_path))["state"] == "lost"
+    rr.write_state(str(tmp_path), running_record(supervisor_pid=dead.pid, state="succeeded", rc=0))
+    assert rr.read_state(str(tmp_path))["state"] == "succeeded"  # an ended run stays as it ended
 
 
-def test_a_crlf_split_between_two_looks_is_one_lines_end(tmp_path):
-    log = tmp_path / "stdout.log"
-    tail = rr.Tail(str(log))
-    log.write_bytes(b"windows line\r")
-    assert _pieces(tail) == [("R", "windows line")]
-    with open(log, "ab") as out:
-        out.write(b"\nnext\r\n")
-    assert _pieces(tail) == [("D", "windows line"), ("L", "next")]
+def test_list_runs_newest_first_without_runs_that_have_no_record(tmp_path):
+    for name, started in (("old", 1.0), ("new", 3.0), ("mid", 2.0)):
+        (tmp_path / name).mkdir()
+        rr.write_state(str(tmp_path / name), running_record(name, started_at=started, state="succeeded"))
+    (tmp_path / "before-records").mkdir()
+    assert [r["run_id"] for r in rr.list_runs(str(tmp_path))] == ["new", "mid", "old"]
+    assert [r["run_id"] for r in rr.list_runs(str(tmp_path), "mid")] == ["mid"]
+    assert rr.list_runs(str(tmp_path), "absent") == []
+    assert rr.list_runs(str(tmp_path / "nowhere")) == []
+    assert rr.newest_run(str(tmp_path)) == "new"
 
 
-def test_a_line_of_any_length_is_passed_on_in_pieces_with_the_memory_held_bounded(tmp_path):
-    log = tmp_path / "stdout.log"
-    tail = rr.Tail(str(log))
-    written = b"".join(b"%07d" % n for n in range(1_500_000))  # 10.5 MB, no newline, while it is written
-    pieces = []
-    with open(log, "wb") as out:
-        for start in range(0, len(written), 3 << 20):
-            out.write(written[start:start + (3 << 20)])
-            out.flush()
-            while True:
-                found, more = tail.pieces()
-                pieces += found
-                assert len(tail.partial) <= rr.LINE_CAP
-                if not more:
-                    break
-    found, _more = tail.pieces(final=True)
-    pieces += found
-    kinds = [kind for kind, _text in pieces]
-    assert kinds.count(b"C") == len(written) // rr.LINE_CAP and kinds[-1] == b"D"
-    assert b"".join(text for kind, text in pieces if kind in (b"C", b"D")) == written
-    assert all(len(text) <= rr.DRAWING_CAP for kind, text in pieces if kind == b"R")
+def test_a_record_of_an_older_run_reads_with_defaults_and_its_unset_keys_stay_out():
+    record = rr.RunRecord.from_dict({"run_id": "r0", "state": "failed", "rc": 1, "msg": "m",
+                                     "from_a_newer_version": 1})
+    assert (record.run_id, record.rc, record.job_id, record.failed_log_tail, record.scheduler) == (
+        "r0", 1, None, [], "none")
+    assert "job_state" not in record.to_dict()  # an optional key appears once set
+    assert record.updated(job_state="PENDING").to_dict()["job_state"] == "PENDING"
+    with pytest.raises(TypeError):
+        record.updated(no_such_key=1)
 
 
-def test_a_cut_never_splits_a_character(tmp_path):
-    log = tmp_path / "stdout.log"
-    text = ("é" * rr.LINE_CAP).encode()  # two bytes each
-    log.write_bytes(text + b"\n")
-    tail = rr.Tail(str(log))
-    pieces = []
-    while True:
-        found, more = tail.pieces()
-        pieces += found
-        if not more:
-            break
-    for kind, piece in pieces:
-        if kind in (b"C", b"D"):
-            piece.decode()  # raises where a character was cut in two
-    assert b"".join(piece for kind, piece in pieces if kind in (b"C", b"D")) == text
+def test_the_keys_torchfleet_runs_lists_are_documented_keys_of_the_record():
+    documented = set(yaml.safe_load(torchrun_run_info.RETURN)["runs"]["contains"])
+    assert set(rr.RunRecord.keys(rr.LISTED)) <= documented <= set(rr.RunRecord.keys())
 
 
-def test_a_launchers_tagged_line_keeps_its_tag_on_every_redraw(tmp_path):
-    run_dir = tmp_path / "r1"
-    run_dir.mkdir()
-    (run_dir / "launcher.log").write_text("[1,1]<stderr>:[default0]:\r 1/2\r 2/2\n")
-    record = {"run_id": "r1", "state": "succeeded", "rc": 0, "nodes": ["n0", "n1"], "slots": [1, 1],
-              "mode": "torchrun", "nproc": 1}
-    rr.write_state(str(run_dir), record)
-    out = io.StringIO()
-    rr.follow(str(run_dir), "all", out=out)
-    assert out.getvalue().splitlines()[:-1] == [
-        "P launcher/[rank_1_n1] [rank 1 n1]  1/2", "D launcher/[rank_1_n1] [rank 1 n1]  2/2"]
+def test_a_run_whose_head_restarted_reads_as_lost_to_every_reader(tmp_path):
+    record = rr.RunRecord(run_id="tf-r", command="c", nodes=["h"], slots=[1], head="h", mode="torchrun", nproc=1,
+                          world_size=2, started="t", started_at=1.0, log_dir=str(tmp_path), launcher_log="l",
+                          supervisor_pid=os.getpid(), supervisor_start=rr.process_start(os.getpid()),
+                          boot_id="another-boot", msg="run tf-r is running")
+    rr.write_state(str(tmp_path), record.to_dict())
+    read = rr.read_state(str(tmp_path))
+    assert read["state"] == "lost"
+    assert read["msg"].startswith("run tf-r is lost: its supervisor is gone (the head restarted)")
+    out, err = follow.end_report(read, "h")
+    assert out == [f"run tf-r: rc -, world size 2, - s, lost, logs in {tmp_path} on h"]
+    assert "is running" not in " ".join(out + err)
 
 
-def test_the_follower_passes_a_workers_bar_live_and_every_redraw_in_order(tmp_path):
-    run_dir = tmp_path / "r1"
-    log = run_dir / "workers" / "r1_x" / "attempt_0" / "0" / "stderr.log"
-    log.parent.mkdir(parents=True)
-    plan = {"worker_files": True, "paths": {"workers": str(run_dir / "workers")}, "head": "n0", "nproc": 1,
-            "nodes": [{"name": "n0", "address": "n0"}], "python": "python3", "ssh": "ssh"}
-    (run_dir / "run.json").write_text(json.dumps(plan))
-    running = {"run_id": "r1", "state": "running", "nodes": ["n0"], "slots": [1], "mode": "torchrun",
-               "nproc": 1, "supervisor_pid": rr.os.getpid(), "supervisor_start": rr.process_start(rr.os.getpid()),
-               "boot_id": rr.boot_id()}
-    rr.write_state(str(run_dir), running)
-    out = io.StringIO()
-    follower = threading.Thread(target=rr.follow, args=(str(run_dir), "0", True), kwargs={"out": out})
-    follower.start()
-    seen = []
-    with open(log, "w") as progress:
-        for step in range(4):
-            progress.write(f"\rprogress {step}/3")
-            progress.flush()
-            deadline = time.monotonic() + 5
-            while f"progress {step}/3" not in out.getvalue() and time.monotonic() < deadline:
-                time.sleep(0.01)
-            seen.append(f"R n0/0e progress {step}/3" in out.getvalue().splitlines())
-        progress.write("\n")
-    rr.write_state(str(run_dir), dict(running, state="succeeded", rc=0))
-    follower.join(timeout=30)
-    assert seen == [True] * 4  # each state of the bar while it was open
-    # In a pipe: each redraw a line, the last one the line's end; nothing glued, nothing lost.
-    piped = []
-    for raw in out.getvalue().splitlines():
-        follow.deliver(raw, piped.append)
-    assert piped == [f"progress {step}/3" for step in range(4)]
-
-
-def test_the_last_lines_of_a_log_keep_a_bars_last_state_only():
-    text = "start\n\r 10%\r 50%\r100%\nend\r\n"
-    assert last_lines(text, 20) == ["start", "100%", "end"]
-    assert last_lines("a\nb\nc", 2) == ["b", "c"]
+def test_the_follower_of_an_earlier_version_asking_record_py_to_serve_is_told_why(tmp_path):
+    # Before the line server had a file of its own, the follower ran the run's record.py on each
+    # other node to read its worker files: a node it cannot read is named with these words.
+    done = subprocess.run([sys.executable, "-S", "-c", _head.source("record"), "serve", str(tmp_path), "now"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip().splitlines()[-1].startswith("this run's head package serves worker files with line_server.py")
 
 
 def _record(run_dir, run_id, started_at):

@@ -316,6 +316,19 @@ def test_read_tail_of_a_long_log(tmp_path):
     assert report.read_tail(str(tmp_path / "missing")) == []
 
 
+def test_a_huge_line_is_clipped_where_a_record_quotes_it(tmp_path):
+    workers = tmp_path / "workers"
+    log = workers / "node0" / "w1_abc" / "attempt_0" / "0" / "stdout.log"  # the head's own directory
+    log.parent.mkdir(parents=True)
+    log.write_text("before\n" + "y" * 2**20 + "\nafter")
+    paths = {"workers": str(workers), "launcher": str(tmp_path / "launcher.log")}
+    quoted = report.output_tail(paths, worker_files=True)
+    # The end of a log is read (256 KiB of it): the line as far as it was read, cut to 2000.
+    assert quoted[0].startswith("y" * 2000 + "... (") and quoted[0].endswith(" characters more)"), quoted[0][-60:]
+    assert quoted[-1] == "after" and all(len(line) < 2100 for line in quoted)
+    assert report.rank0_tail("torchrun", paths)[-2].endswith("characters more)")
+
+
 def test_group_runs():
     procs = [{"pid": 5, "run_id": "b"}, {"pid": 3, "run_id": "a"}, {"pid": 7, "run_id": "b"}]
     assert report.group_runs(procs) == [{"run_id": "a", "pids": [3]}, {"run_id": "b", "pids": [5, 7]}]
