@@ -299,16 +299,15 @@ def follow_run(module, plan, run_dir, supervisor_proc, control_dir) -> RunRecord
             stopping = True
         elif not stopping and (_Interrupt.signum == signal.SIGHUP or _caller_gone()):
             os._exit(0)  # nobody to report to; the supervisor carries on
-        elif module.params["detach"] and not stopping and (
-                module.params["detach_when"] == "submitted"
-                or (record.job_state == "RUNNING" if record.job_id
-                    else ranks_started(module, plan, record, control_dir))):
-            # Read again: the ranks may have started after the record above was read, and the
-            # record says running only once the supervisor wrote so.
-            fresh = read_record(run_dir)
-            if record.job_id or module.params["detach_when"] == "submitted" or fresh.state not in (
-                    RunState.STARTING.value, RunState.RESTARTING.value):
-                return fresh
+        elif module.params["detach"] and not stopping:
+            if module.params["detach_when"] == "submitted" or (record.job_id and record.job_state == "RUNNING"):
+                return record
+            if not record.job_id and ranks_started(module, plan, record, control_dir):
+                # The ranks may have started after the record above was read: read it again, and
+                # return once the supervisor has recorded them running.
+                fresh = read_record(run_dir)
+                if fresh.state not in (RunState.STARTING.value, RunState.RESTARTING.value):
+                    return fresh
         if supervisor_proc.poll() is not None:
             time.sleep(0.1)  # it died before its last record, which its guardian writes
             continue
