@@ -115,8 +115,6 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("run_id", nargs="?", help="the run; left out: the one run alive, if only one is")
     stop.add_argument("--all", action="store_true", help="every run of torchfleet")
     stop.set_defaults(func=stop_command)
-    for choice in sub.choices.values():
-        choice.formatter_class = argparse.RawDescriptionHelpFormatter
     status = sub.add_parser("status", parents=[common],
                             help="which runs are alive on which node; with RUN_ID, that run's record",
                             epilog="exit: 0, 1 no such run, 2 bad usage, else Ansible's code")
@@ -145,8 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the N newest runs")
     runs.add_argument("--older-than", type=float, metavar="DAYS",
                       help="with --prune: only runs started more than DAYS days ago")
-    runs.add_argument("--state", choices=[*ACTIVE_STATES, "succeeded", "failed", "stopped", "timed_out", "lost"],
-                      help="only runs in this state")
+    states = [*ACTIVE_STATES, "succeeded", "failed", "stopped", "timed_out", "lost"]
+    runs.add_argument("--state", choices=states, metavar="STATE", help=f"only runs in this state: {', '.join(states)}")
     runs.add_argument("-n", dest="count", type=int, metavar="N", help="only the N newest (after --state)")
     runs.add_argument("--all-users", action="store_true",
                       help="also other accounts' runs alive on the head (its run board), with each run's account")
