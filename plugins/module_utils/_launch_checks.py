@@ -19,7 +19,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.slurm imp
     SlurmError, check_name, check_time_limit)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (
     LIST_OPTIONS, OPTIONS, RESTART_OPTIONS, with_defaults)
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import DEFAULT_PORT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT
 
 EXAMPLE_LISTS = {
     "script_args": ["--epochs", "3"],

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import DEFAULT_PORT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT
 
 ROLE_PREFIX = "launch_"
 _UNSET = object()

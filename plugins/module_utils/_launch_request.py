@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_checks import by_pals
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS, Option, with_defaults
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import Node, Plan, node_slots, run_log_dirs
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node, Plan, node_slots, run_log_dirs
 
 
 def head_reaches_nodes(request: Mapping) -> bool:

@@ -24,7 +24,8 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record im
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs, runs_listed
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import write_file
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import Node, plan_from_dict, render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node, plan_from_dict
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import (
     follow_run,
     install_head_package,

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _batch_script
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head import batch_script
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import PlanError, render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import PlanError
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
 
 
 def slurm_job(module, plan, run_dir, paths):
@@ -21,7 +22,7 @@ def slurm_job(module, plan, run_dir, paths):
         module.fail_json(msg=f"scheduler=slurm, but the head {plan.head} has no sbatch and scontrol: "
                              f"install Slurm's client commands there (slurm-client), or launch without "
                              f"the scheduler", run_id=plan.run_id)
-    problem = _batch_script.extra_args_problem(p["slurm_extra_args"], "slurm_extra_args")
+    problem = batch_script.extra_args_problem(p["slurm_extra_args"], "slurm_extra_args")
     if problem:
         module.fail_json(msg=f"refusing to submit: {problem}", run_id=plan.run_id)
     try:
@@ -37,7 +38,7 @@ def slurm_job(module, plan, run_dir, paths):
     if p["mode"] == "rank" and len({node.slots for node in plan.nodes}) > 1:
         module.fail_json(msg="scheduler=slurm: the batch script gives every node the same slots, but "
                              "these nodes' slots differ; set nproc_per_node", run_id=plan.run_id)
-    allocation = _batch_script.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=plan.run_id)
+    allocation = batch_script.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=plan.run_id)
     try:
         rendered = render(allocation)
     except PlanError as err:
@@ -45,9 +46,9 @@ def slurm_job(module, plan, run_dir, paths):
     options = {"gpus_per_node": p["slurm_gpus_per_node"], "walltime": p["slurm_time_limit"], "queue": partition,
                "account": p["slurm_account"], "whole_nodes": p["batch_whole_nodes"],
                "extra_args": list(p["slurm_extra_args"])}
-    script = _batch_script.batch_script(
+    script = batch_script.batch_script(
         "slurm", allocation, rendered, nodes=len(plan.nodes), job_name=plan.run_id, fixed_run_id=True,
-        writer=_batch_script.MODULE_WRITER, **options)
+        writer=batch_script.MODULE_WRITER, **options)
     script_path = os.path.join(run_dir, "job.sbatch")
     # Named after the run, with torchfleet's comment: `stop` finds it whatever its supervisor's state.
     argv = [sbatch, "--parsable", f"--output={paths['launcher']}", f"--chdir={p['chdir'] or run_dir}",

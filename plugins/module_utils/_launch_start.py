@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import pkgutil
 import secrets
 import select
 import shlex
@@ -44,13 +43,13 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record im
     read_state,
     runs_index,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import (
     RESERVED_ENV,
     PlanError,
     new_run_id,
     plan_to_dict,
-    render,
 )
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes import (
     preflight_nodes,
     ranks_started,
@@ -129,7 +128,7 @@ def build(module, run_id, run_dir, control_dir=None):
 
 def ssh_masters(module):
     """A directory for the OpenSSH masters the probe leaves open to each node, which mpirun's ssh
-    then rides instead of a handshake of its own per node (plm_rsh_args, see _launch_plan); None
+    then rides instead of a handshake of its own per node (plm_rsh_args, see _head/renderer.py); None
     where mpirun does not ssh from the head to every node itself (mpich mode, tree spawn, Slurm,
     the head alone), in check mode, or when the user set Open MPI's rsh options, which ours would
     override. Short, in /tmp: a socket path has at most 107 bytes."""
@@ -186,13 +185,10 @@ def _caller_gone() -> bool:
 
 
 def head_package_files() -> dict:
-    """{file name: bytes} of the head package as it is installed: its own files, and beside them
-    the renderer and the batch script's writer (`launch_plan.py`, `batch_script.py`: a restart
-    renders the launch, or writes the Slurm job, again)."""
-    files = {name + ".py": _head.source(name).encode() for name in _head.FILES}
-    for name in ("launch_plan", "batch_script"):
-        files[name + ".py"] = _module_util_source(f"_{name}.py")
-    return files
+    """{file name: bytes} of the head package as it is installed: its own files, the renderer and
+    the batch script's writer among them (a restart renders the launch, or writes the Slurm job,
+    again)."""
+    return {name + ".py": _head.source(name).encode() for name in _head.FILES}
 
 
 def install_head_package(home: str | None = None) -> str:
@@ -218,16 +214,6 @@ def install_head_package(home: str | None = None) -> str:
         if not os.path.isdir(package):  # not another start's install meanwhile
             raise
     return package
-
-
-def _module_util_source(filename: str) -> bytes:
-    """The text of one of module_utils' files: the file beside this one, or the member of the
-    module's zip under AnsiballZ (as _head.source)."""
-    try:
-        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), filename), "rb") as handle:
-            return handle.read()
-    except OSError:
-        return pkgutil.get_data(__name__.rpartition(".")[0], filename)
 
 
 def prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result):

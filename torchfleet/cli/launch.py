@@ -26,7 +26,7 @@ def new_run_id() -> str:
 
     from torchfleet.collection import module_util
 
-    return module_util("_launch_plan").new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
+    return module_util("_head.launch_plan").new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
 
 
 def launch_command(args: argparse.Namespace) -> int:

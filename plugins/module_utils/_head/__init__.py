@@ -7,6 +7,9 @@
 - transitions: the one writer of the run's record, its states and who may change them;
 - guardian: ends a run whose supervisor died, and records it lost;
 - slurm_job: the run's Slurm job; slurm: Slurm as the launch checks and drives it;
+- launch_plan: what one launch is (Plan); plan_checks: its checks; renderer: the one renderer, its
+  launcher's argv, hostfile and environment (the module's and the CLI's, and each restart's);
+  batch_script: a Slurm job's script;
 - record: the run's record (state.json), the supervisor's plan (run.json), the index of runs;
 - follower: a run's output as it is written, and its end (`python3 -S -m _head.follower follow
   RUN_DIR`); labels: which rank and node wrote each line, and which lines it shows; tail: a
@@ -32,8 +35,9 @@ from __future__ import annotations
 import os
 
 # The package's files, as the launch module copies them to the head.
-FILES = ("__init__", "attempts", "board", "fanout", "follower", "guardian", "labels", "line_server", "liveness",
-         "loader", "node_checks", "probe", "record", "report", "slurm", "slurm_job", "supervisor", "tail", "transitions")
+FILES = ("__init__", "attempts", "batch_script", "board", "fanout", "follower", "guardian", "labels",
+         "launch_plan", "line_server", "liveness", "loader", "node_checks", "plan_checks", "probe", "record",
+         "renderer", "report", "slurm", "slurm_job", "supervisor", "tail", "transitions")
 
 
 def source(name: str) -> str:

@@ -20,7 +20,9 @@ from .node_checks import head_copies, rejoin_problem, rejoin_request
 from .probe import end_run, find_run_processes, port_in_use
 from .record import RunRecord, SupervisorPlan, node_workers, reserve_space
 from .report import now_iso
-from .slurm_job import next_job, renderer
+from .launch_plan import plan_from_dict
+from .renderer import render
+from .slurm_job import next_job
 from .tail import DONE, WHOLE, Tail
 
 RESTART_VAR = "TORCHFLEET_RESTART_COUNT"  # the attempt's number, for the script (0: the first)
@@ -204,8 +206,7 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
     """Render the run's request again for attempt `attempt` on the nodes `names`: its own
     rendezvous port (free on the head, and never an attempt's before, so nothing of one can join
     it), hostfile and worker log directory, and TORCHFLEET_RESTART_COUNT for the script."""
-    launch_plan = renderer()
-    base = launch_plan.plan_from_dict(run.plan.launch_plan)
+    base = plan_from_dict(run.plan.launch_plan)
     previous = [node.name for node in run.nodes]
     workers = f"{base.node_log_dir}.{attempt}" if base.node_log_dir else None
     port = free_port(max(base.port + attempt, (run.port or 0) + 1))
@@ -216,7 +217,7 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
         base, nodes=tuple(node for node in base.nodes if node.name in names), port=port,
         hostfile_path=f"{run.run_dir}/hostfile.{attempt}", node_log_dir=workers,
         env_set=MappingProxyType({**base.env_set, RESTART_VAR: str(attempt)}))
-    rendered = launch_plan.render(plan)
+    rendered = render(plan)
     by_name = {node["name"]: node for node in run.plan.launch_plan["nodes"]}
     order = [by_name[name] for name in rendered.nodes]
     if run.plan.scheduler == "slurm":

@@ -8,27 +8,8 @@ import signal
 import subprocess
 import time
 
-from . import slurm
-
-
-def renderer():
-    """The launch's renderer: the one installed beside this package (launch_plan.py), or the
-    collection's own where the package is imported from the collection."""
-    try:
-        from . import launch_plan  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        from .. import _launch_plan as launch_plan  # pylint: disable=import-outside-toplevel
-    return launch_plan
-
-
-def batch_writer():
-    """The batch script's writer: installed beside this package (batch_script.py), or the
-    collection's own (as renderer)."""
-    try:
-        from . import batch_script  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        from .. import _batch_script as batch_script  # pylint: disable=import-outside-toplevel
-    return batch_script
+from . import batch_script, slurm
+from .renderer import render
 
 
 class SlurmJob:
@@ -119,20 +100,19 @@ def next_job(run, attempt: int, plan, left_out: list) -> list:
     allocation of `plan`'s nodes (its own rendezvous port and worker log directory), its script
     written as job.ATTEMPT.sbatch, without the Slurm nodes of those `left_out` (--exclude), its
     output added to the run's launcher log."""
-    batch = batch_writer()
     options = dict(run.plan.batch)
     slots = options.pop("slots")
     # The nodes the launch left out (--limit, exclude: an --exclude in the script's header) stay
     # out: sbatch's own --exclude below, for the lost nodes, would override the header's.
     given = [arg for arg in options.get("extra_args", []) if arg.startswith("--exclude=")]
     options["extra_args"] = [arg for arg in options.get("extra_args", []) if arg not in given]
-    allocation = batch.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=run.plan.run_id)
-    rendered = renderer().render(allocation)
+    allocation = batch_script.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=run.plan.run_id)
+    rendered = render(allocation)
     path = os.path.join(run.run_dir, f"job.{attempt}.sbatch")
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write(batch.batch_script("slurm", allocation, rendered, nodes=len(plan.nodes),
-                                        job_name=run.plan.run_id, fixed_run_id=True,
-                                        writer=batch.MODULE_WRITER, **options))
+        handle.write(batch_script.batch_script("slurm", allocation, rendered, nodes=len(plan.nodes),
+                                               job_name=run.plan.run_id, fixed_run_id=True,
+                                               writer=batch_script.MODULE_WRITER, **options))
     # Each a Slurm hostlist (node[1-3] included): joined by ',' as --exclude takes several.
     excluded = [arg.split("=", 1)[1] for arg in given] + sorted(
         run.slurm_names[name] for name in left_out if name in run.slurm_names)

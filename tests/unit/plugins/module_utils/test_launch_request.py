@@ -3,7 +3,8 @@
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_request as lr
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import DEFAULT_PORT, Node, render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT, Node
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
 
 NODES = [{"name": "n0", "address": "10.0.0.1", "slots": 2, "interface": "eth0"},
          {"name": "n1", "address": "10.0.0.2", "slots": 2, "interface": "eth0"}]

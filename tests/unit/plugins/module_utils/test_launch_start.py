@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_start as start
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import (
-    RESERVED_ENV,
-    Node,
-    Plan,
-    render,
-)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import RESERVED_ENV, Node, Plan
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
 
 
 class _Module:

@@ -1,4 +1,4 @@
-"""Pure logic of the Python environment: wheel targets, locks, drift and cross-node differences."""
+"""Pure logic of the Python environment: wheel targets, locks and drift (cross-node differences: test_host_differences.py)."""
 
 import hashlib
 import importlib.metadata
@@ -8,7 +8,6 @@ import zipfile
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.filter.host_differences import host_differences
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import probe as _node_probe
 from ansible_collections.torchfleet.cluster.plugins.modules import python_env_sync as sync
 from ansible_collections.torchfleet.cluster.plugins.modules import wheelhouse
@@ -178,21 +177,3 @@ def test_fingerprint_changes_with_any_package_or_the_python():
     assert base == sync.fingerprint("3.11.2", {"torch": "2.13.0+cpu", "numpy": "2.4.6"})
     assert base != sync.fingerprint("3.11.2", {"numpy": "2.4.5", "torch": "2.13.0+cpu"})
     assert base != sync.fingerprint("3.11.9", {"numpy": "2.4.6", "torch": "2.13.0+cpu"})
-
-
-def test_host_differences_name_nodes_and_packages():
-    found = host_differences({
-        "node0": {"numpy": "2.4.6", "torch": "2.13.0", "(python)": "3.11.2"},
-        "node1": {"numpy": "2.4.6", "torch": "2.13.0", "(python)": "3.11.2"},
-        "node2": {"numpy": "1.26.4", "torch": "2.13.0", "requests": "2.32", "(python)": "3.11.2"},
-        "node3": {"torch": "2.13.0", "(python)": "3.11.9"},
-    })
-    assert found == [
-        "node2 differs from node0: numpy 1.26.4 (node0 has 2.4.6), requests 2.32 extra (node0 has none).",
-        "node3 differs from node0: (python) 3.11.9 (node0 has 3.11.2), numpy missing (node0 has 2.4.6).",
-    ]
-
-
-def test_host_differences_of_identical_nodes_is_empty():
-    assert host_differences({"a": {"x": "1"}, "b": {"x": "1"}}) == []
-    assert host_differences({}) == []

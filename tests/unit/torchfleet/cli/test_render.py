@@ -12,7 +12,8 @@ import pytest
 from cli_helpers import NASTY, run_cli, write_facts, write_inventory
 from torchfleet.collection import module_util
 
-lp = module_util("_launch_plan")
+lp = module_util("_head.launch_plan")
+render = module_util("_head.renderer").render
 
 
 def test_render_json_from_the_fact_cache(project, capsys):
@@ -180,7 +181,7 @@ def test_batch_script_runs_the_same_launch(project, capsys, fmt):
 
     hostfile_path = (project / "out.path").read_text().strip()
     argv = (project / "out.argv").read_bytes().decode().split("\0")[:-1]
-    expected = lp.render(lp.Plan(
+    expected = render(lp.Plan(
         nodes=(lp.Node("a", "n1", 4, "ib0"), lp.Node("b", "n2", 4, "ib0")), head="a",
         script="train.py", run_id=run_id, hostfile_path=hostfile_path, script_args=tuple(NASTY),
         env_pass=("PATH",),

@@ -5,7 +5,7 @@ import json
 import time
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import fanout, report
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import Node
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node
 
 NODES = [Node("head", "10.0.0.1", 4), Node("w1", "10.0.0.2", 2), Node("w2", "10.0.0.3", 2)]
 

@@ -3,7 +3,7 @@
 
 def test_a_changed_cluster_interface_is_named_with_what_setup_recorded():
     from ansible_collections.torchfleet.cluster.plugins.module_utils._head.node_checks import interface_change
-    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import Node
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node
     node = Node("n2", "10.0.0.3", 1, "eth0")
     assert interface_change(node, {"lo": ["127.0.0.1"], "eth0": ["10.0.0.3"]}) is None
     assert interface_change(node, None) is None  # the node could not tell

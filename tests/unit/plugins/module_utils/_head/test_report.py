@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import report
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_plan import Node
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node
 
 CAPTURED = Path(__file__).resolve().parents[2] / "modules" / "captured"
 

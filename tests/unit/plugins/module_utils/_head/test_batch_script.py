@@ -1,6 +1,6 @@
 """The batch scripts' pieces (the scripts themselves: tests/unit/torchfleet/cli/test_render.py)."""
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._batch_script import command_lines
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.batch_script import command_lines
 
 
 def test_command_lines_pair_options_with_their_values():

@@ -25,7 +25,7 @@ def for_allocation(plan, fmt: str, nodes: int, slots: int, run_id: str | None = 
     """`plan` with the allocation's nodes as placeholders (`nodes` of them, `slots` each, the
     first the head) and its hostfile written by the script; the run id from the job unless given.
     Slurm starts mpirun's daemons itself (`plm slurm`): never ssh inside an allocation."""
-    first = plan.nodes[0]  # a _launch_plan.Node: its interface stands for every node's
+    first = plan.nodes[0]  # a launch_plan.Node: its interface stands for every node's
     placeholders = tuple(dataclasses.replace(first, name=f"node{i}", slots=slots,
                                              address=HEAD if i == 0 else f"tf-node{i}.placeholder")
                          for i in range(nodes))

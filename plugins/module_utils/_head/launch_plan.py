@@ -1,0 +1,124 @@
+# -*- coding: utf-8 -*-
+# Copyright: torchfleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The launch plan: what one launch is (``Plan`` on ``Node`` s), and its run ids and log layout.
+
+The module, ``torchfleet render`` and a run's supervisor (which renders each restart again) share
+it; plan_checks.py checks a plan, renderer.py turns it into the launcher's argv, hostfile and
+environment. Pure: standard library only, no I/O, no subprocess, no reads of ``os.environ``; the
+files of the renderer import each other relatively, so they run in the head package too. How a
+launch looks: docs/launch_plan.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+
+MODES = ("torchrun", "rank", "mpich")
+DEFAULT_PORT = 29500  # the rendezvous port on the head when none is given (torchrun's own default)
+MPICH_LAUNCHERS = ("hydra", "pals")
+SHELL = "/bin/sh"
+SHELL_NAME = "torchfleet"  # $0 of the remote sh: names it in its own error messages
+INHERITED = "<inherited>"
+REDACTED = "<redacted>"
+
+RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # the CLI checks its run ids with it too
+
+# Variables torchfleet sets itself; a user value would silently break the launch.
+RESERVED_ENV = frozenset({
+    "TORCHFLEET_RUN_ID", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT",
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+})
+
+# Open MPI's TCP keepalive, set from silent_node_timeout (when it is not 0).
+KEEPALIVE_MCA = ("oob_tcp_keepalive_time", "oob_tcp_keepalive_intvl", "oob_tcp_keepalive_probes")
+KEEPALIVE_PROBES = 3
+
+
+class PlanError(ValueError):
+    """A plan that cannot be launched; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str  # inventory name, used in messages
+    address: str  # address on the cluster network; goes into the hostfile
+    slots: int  # workers (GPUs) on this node
+    interface: str | None = None  # NIC holding `address`; required when there are 2+ nodes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    nodes: tuple[Node, ...]  # in any order; the head is moved first
+    head: str  # name of the head node (rank 0, rendezvous host)
+    script: str  # training script path on the nodes
+    run_id: str  # [A-Za-z0-9_.-]{1,64}; exported as TORCHFLEET_RUN_ID, used as --rdzv-id
+    hostfile_path: str  # where the caller writes `Rendered.hostfile` on the head
+    script_args: tuple[str, ...] = ()  # reach the script byte for byte
+    mode: str = "torchrun"  # one of MODES
+    port: int = DEFAULT_PORT  # rendezvous port / MASTER_PORT
+    nproc_per_node: int | None = None  # torchrun/mpich: workers per node; default: the slots
+    python: str = "python3"  # interpreter on the nodes (rank mode)
+    torchrun: str = "torchrun"  # torchrun on the nodes (torchrun and mpich modes)
+    launcher: str | None = None  # default: "mpirun", or "mpiexec" in mpich mode
+    log_dir: str | None = None  # per-rank logs (Open MPI --output-filename)
+    node_log_dir: str | None = None  # torchrun/mpich: each node's torchrun keeps worker logs here
+    # torchrun's --tee: the workers' output also reaches the launcher's (where nothing else can
+    # read the nodes' files: a batch job, PALS). Its copies can lose and glue lines, so a launch
+    # whose head reads the files themselves leaves it off.
+    tee_workers: bool = True
+    tree_spawn: bool = False  # Open MPI: let daemons ssh on to further nodes (all need the key)
+    network: str | None = None  # cluster CIDR; preferred over interface names for Open MPI
+    env_pass: tuple[str, ...] = ()  # names forwarded from the launcher's environment
+    env_secrets: tuple[str, ...] = ()  # as env_pass, but never displayed
+    env_set: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    mpirun_extra_args: tuple[str, ...] = ()
+    allow_run_as_root: bool = False  # Open MPI refuses root without it
+    ssh_control_path: str | None = None  # Open MPI: ssh masters the caller opened to the nodes
+    silent_node_timeout: int = 120  # Open MPI: seconds until a node off the network ends the run; 0: Open MPI's
+    mpich_launcher: str | None = None  # mpich mode: which mpiexec, one of MPICH_LAUNCHERS
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    """The plan as JSON holds it (the supervisor's run.json), for plan_from_dict."""
+    data = {key.name: getattr(plan, key.name) for key in fields(plan)}
+    data["nodes"] = [vars(node).copy() for node in plan.nodes]
+    data["env_set"] = dict(plan.env_set)
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in data.items()}
+
+
+def plan_from_dict(data: Mapping) -> Plan:
+    """A plan from plan_to_dict's form: what a restart renders again, on other nodes."""
+    values = dict(data)
+    values["nodes"] = tuple(Node(**node) for node in values["nodes"])
+    values["env_set"] = MappingProxyType(dict(values.get("env_set") or {}))
+    for key in ("script_args", "env_pass", "env_secrets", "mpirun_extra_args"):
+        values[key] = tuple(values.get(key) or ())
+    return Plan(**values)
+
+
+def node_slots(gpu_count, nproc_per_node) -> int:
+    """A node's workers: nproc_per_node, or with auto one per GPU and one on a node without GPUs."""
+    if str(nproc_per_node) == "auto":
+        return max(int(gpu_count or 0), 1)
+    return int(nproc_per_node)
+
+
+def new_run_id(now, token: str) -> str:
+    """tf-YYYYMMDD-HHMMSS-TOKEN from a UTC time and a random token: sorts by start time, and the
+    token keeps two launches in the same second apart."""
+    return f"tf-{now:%Y%m%d-%H%M%S}-{token}"
+
+
+def run_log_dirs(run_dir: str, mode: str) -> tuple[str | None, str | None]:
+    """(per-rank files of Open MPI on each node, torchrun's per-worker logs on each node) under
+    a run's directory; None where the mode has no such logs."""
+    ranks = f"{run_dir}/ranks" if mode != "mpich" else None
+    workers = f"{run_dir}/workers" if mode != "rank" else None
+    return ranks, workers
+
+
+# ---------------------------------------------------------------------------------------------
