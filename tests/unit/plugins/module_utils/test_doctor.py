@@ -1,6 +1,5 @@
-"""The doctor's judgement, formatting and exit codes, without a cluster."""
-
-import json
+"""The doctor's judgement (_doctor.py), without a cluster; the command's table, JSON and exit codes
+(torchfleet/doctor.py) are in tests/unit/torchfleet/test_doctor_command.py."""
 
 import pytest
 
@@ -277,56 +276,3 @@ def test_an_unusable_cluster_interface_fails():
 def test_bad_input():
     with pytest.raises(Exception):
         doctor_results(["n0"], head="n0")
-
-
-# --- table, JSON and exit codes ----------------------------------------------------------------
-
-RESULTS = [
-    {"check": "ssh", "host": "n0", "ok": True, "level": "pass", "reason": "logs in to n1", "fix": ""},
-    {"check": "interfaces", "host": "all", "ok": True, "level": "info", "reason": "docker0 unusable", "fix": "none"},
-    {"check": "port", "host": "n0", "ok": False, "level": "fail", "reason": "the rendezvous port 29500 is taken " * 5,
-     "fix": "stop what holds it"},
-]
-
-
-def test_format_table():
-    table = doctor.format_table(RESULTS, width=80)
-    lines = table.splitlines()
-    assert lines[0].split() == ["CHECK", "HOST", "STATUS", "REASON"]
-    assert lines[1].split()[:3] == ["ssh", "n0", "PASS"]
-    assert lines[2].split()[:3] == ["interfaces", "all", "INFO"]
-    assert "fix: none" not in table  # a passed check shows no fix
-    assert "fix: stop what holds it" in table
-    assert all(len(line) <= 80 for line in lines)
-    assert lines[-1] == "1 check(s) failed."
-    assert doctor.format_table(RESULTS[:2]).splitlines()[-1] == "All checks passed."
-
-
-def test_exit_codes():
-    assert doctor.exit_code(RESULTS[:2]) == 0
-    assert doctor.exit_code(RESULTS) == 1
-    assert doctor.exit_code([]) == 0
-
-
-def test_main_prints_json_and_exits_by_the_results(monkeypatch, capsys):
-    monkeypatch.setattr(doctor, "collect", lambda *a, **k: {"ok": False, "results": RESULTS})
-    assert doctor.main(["-i", "whatever", "--json"]) == 1
-    assert json.loads(capsys.readouterr().out)["results"] == RESULTS
-    monkeypatch.setattr(doctor, "collect", lambda *a, **k: {"ok": True, "results": RESULTS[:2]})
-    assert doctor.main(["-i", "whatever"]) == 0
-    assert "All checks passed." in capsys.readouterr().out
-
-
-def test_main_exits_2_when_the_doctor_cannot_run(tmp_path, capsys):
-    assert doctor.main(["-i", str(tmp_path / "missing.yml")]) == 2
-    assert "does not exist" in capsys.readouterr().err
-    assert doctor.main(["-i", str(tmp_path), "-e", "novalue"]) == 2
-
-
-def test_main_exits_2_when_the_playbook_fails(tmp_path, capsys):
-    empty = tmp_path / "empty.yml"
-    empty.write_text("all:\n  hosts: {}\n")
-    assert doctor.main(["-i", str(empty), "--json"]) == 2
-    captured = capsys.readouterr()
-    assert json.loads(captured.out)["ok"] is False
-    assert "no hosts in group 'cluster'" in captured.err
