@@ -1,8 +1,10 @@
 """Writes what the launch option table (plugins/module_utils/_launch_options.py) declares:
 roles/launch/meta/argument_specs.yml's options, roles/launch/defaults/main.yml, the short names
-launch.yml maps, and the role variables validate.yml hands the request check (the blocks between
-their BEGIN/END lines: written out, as a lookup or a query of every variable costs each launch
-time).
+launch.yml maps, the role variables validate.yml hands the request check, the arguments run.yml
+passes the torchrun_launch module, and the module's option documentation (the doc fragment
+plugins/doc_fragments/torchrun_launch_options.py). The parts of playbooks and tasks it writes are
+the blocks between their BEGIN/END lines: written out, as a lookup or a query of every variable
+costs each launch time.
 
     python tools/write_launch_options.py          # write them
     python tools/write_launch_options.py --check  # `make lint`: fail naming the files out of date
@@ -20,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (  # noqa: E402
-    BY_NAME, CHECKED_OPTIONS, OPTIONS, role_options, short_names)
+    BY_NAME, CHECKED_OPTIONS, module_arguments, module_documentation, role_options, short_names)
 
 ROLE = ROOT / "roles" / "launch"
 SPEC = ROLE / "meta" / "argument_specs.yml"
@@ -28,13 +30,26 @@ DEFAULTS = ROLE / "defaults" / "main.yml"
 PLAYBOOK = ROOT / "playbooks" / "launch.yml"
 VALIDATE = ROLE / "tasks" / "validate.yml"
 RUN = ROLE / "tasks" / "run.yml"
-# Module options that run.yml hands over inside another: each node's slots carry nproc_per_node.
-FOLDED = {"nproc_per_node": "nodes"}
+FRAGMENT = ROOT / "plugins" / "doc_fragments" / "torchrun_launch_options.py"
 WRITER = "tools/write_launch_options.py from the option table in plugins/module_utils/_launch_options.py"
 BEGIN = "      # BEGIN names written by tools/write_launch_options.py: do not edit\n"
 END = "      # END names\n"
 VARIABLES_BEGIN = "        # BEGIN variables written by tools/write_launch_options.py: do not edit\n"
 VARIABLES_END = "        # END variables\n"
+ARGUMENTS_BEGIN = "    # BEGIN options written by tools/write_launch_options.py: do not edit\n"
+ARGUMENTS_END = "    # END options\n"
+WIDTH = 100  # the fragment's lines
+FRAGMENT_HEAD = (
+    "# -*- coding: utf-8 -*-\n"
+    "# Copyright: torchfleet contributors\n"
+    "# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)\n"
+    "# Written by tools/write_launch_options.py from the option table in\n"
+    "# plugins/module_utils/_launch_options.py: change the table and run that, never this file.\n"
+    '"""The torchrun_launch module\'s options, documented, from the launch option table that also\n'
+    'gives the module its argument spec; ansible-test\'s validate-modules checks the two agree."""\n\n'
+    "from __future__ import annotations\n\n\n"
+    "class ModuleDocFragment:  # pylint: disable=too-few-public-methods\n")
+RUN_WIDTH = 120  # run.yml's: a longer value is folded onto a line of its own
 
 
 def _yaml(data, indent: int) -> str:
@@ -63,8 +78,15 @@ def defaults_text() -> str:
 
 def _between(path: Path, begin: str, end: str, lines: str) -> str:
     text = path.read_text()
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise SystemExit(f"{_shown(path)} needs one line {begin.strip()!r}, then one {end.strip()!r}, "
+                         f"around what {WRITER} writes")
     start, stop = text.index(begin) + len(begin), text.index(end)
     return text[:start] + lines + text[stop:]
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def playbook_text() -> str:
@@ -80,37 +102,94 @@ def validate_text() -> str:
     return _between(VALIDATE, VARIABLES_BEGIN, VARIABLES_END, variables)
 
 
-def _tasks(tasks):
-    for task in tasks:
-        yield from _tasks(task["block"]) if "block" in task else (task,)
+def _first(candidates, wanted, what: str) -> str:
+    """The first YAML text of `candidates` that reads back as `wanted` (with its indentation)."""
+    for text in candidates:
+        try:
+            if yaml.safe_load(textwrap.dedent(text)) == wanted:
+                return text
+        except yaml.YAMLError:
+            pass
+    raise SystemExit(f"{what}: no YAML form found that reads back as the table says: {wanted!r}")
 
 
-def unpassed_options() -> list[str]:
-    """Module options with a role variable that run.yml's start of the module does not pass: a new
-    option added to the table but not handed to the module (its value would be silently lost)."""
-    calls = [task["torchfleet.cluster.torchrun_launch"] for task in _tasks(yaml.safe_load(RUN.read_text()))
-             if "torchfleet.cluster.torchrun_launch" in task]
-    passed = {key for call in calls if call.get("state") == "started" for key in call}
-    return [option.name for option in OPTIONS
-            if option.module and option.role_name and option.name not in passed | set(FOLDED)]
+def _flow(value) -> str:
+    """`value` as YAML on one line: [a, b], {}, 29500, started."""
+    return yaml.safe_dump(value, default_flow_style=True, width=10_000).rstrip("\n").removesuffix("\n...")
+
+
+def _wrapped(lead: str, text: str, indent: int) -> list[str]:
+    lines = textwrap.wrap(text, width=WIDTH, initial_indent=lead, subsequent_indent=" " * indent,
+                          break_long_words=False, break_on_hyphens=False)
+    return [line + "\n" for line in lines] or [lead.rstrip() + "\n"]
+
+
+def _paragraph(lead: str, text: str, indent: int, wanted, what: str) -> str:
+    """`text` after `lead` (`key: ` or `- `), folded at WIDTH: plain where YAML reads it back,
+    else double-quoted."""
+    return _first(("".join(_wrapped(lead, text, indent)), "".join(_wrapped(lead, json.dumps(text), indent))),
+                  wanted, what)
+
+
+def _documentation(name: str, entry: dict, indent: int) -> str:
+    pad = " " * indent
+    lines = [f"{pad}{name}:\n"]
+    description = entry["description"]
+    if isinstance(description, str):
+        lead = f"{pad}  description: "
+        lines.append(_paragraph(lead, description, indent + 4, {"description": description}, name))
+    else:
+        lines.append(f"{pad}  description:\n")
+        lines += [_paragraph(f"{pad}    - ", text, indent + 6, [text], name) for text in description]
+    for key, value in entry.items():
+        if key == "suboptions":
+            lines.append(f"{pad}  suboptions:\n")
+            lines += [_documentation(sub, subentry, indent + 4) for sub, subentry in value.items()]
+        elif key != "description":
+            lines.append(f"{pad}  {key}: {_flow(value)}\n")
+    return "".join(lines)
+
+
+def fragment_text() -> str:
+    options = module_documentation()
+    documentation = "options:\n" + "".join(_documentation(name, entry, 2) for name, entry in options.items())
+    if yaml.safe_load(documentation) != {"options": options} or '"""' in documentation:
+        raise SystemExit(f"{_shown(FRAGMENT)}: the documentation written does not read back as the table's")
+    return FRAGMENT_HEAD + f'    DOCUMENTATION = r"""\n{documentation}"""\n'
+
+
+def _argument(name: str, value: str) -> str:
+    inline = f"    {name}: {json.dumps(value) if '{{' in value else _flow(value)}\n"
+    lines = value.split("\n")
+    folded = f"    {name}: >-\n" + "".join(f"      {line}\n" for line in lines)
+    literal = f"    {name}: |-\n" + "".join(f"      {line}\n" for line in lines)
+    short = "\n" not in value and len(inline) <= RUN_WIDTH + 1
+    return _first((inline, folded, literal) if short else (folded, literal), {name: value}, f"run.yml's {name}")
+
+
+def run_text() -> str:
+    """run.yml with the module's arguments as the table gives them: the value of each module option
+    (module_value), a comment above it where the table explains it (module_note)."""
+    lines = []
+    for name, (value, note) in module_arguments().items():
+        lines += [f"    # {line}\n" for line in note.splitlines()]
+        lines.append(_argument(name, value))
+    return _between(RUN, ARGUMENTS_BEGIN, ARGUMENTS_END, "".join(lines))
 
 
 def main(argv: list[str]) -> int:
-    wanted = {SPEC: spec_text(), DEFAULTS: defaults_text(), PLAYBOOK: playbook_text(), VALIDATE: validate_text()}
+    wanted = {SPEC: spec_text(), DEFAULTS: defaults_text(), PLAYBOOK: playbook_text(), VALIDATE: validate_text(),
+              RUN: run_text(), FRAGMENT: fragment_text()}
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
-    unpassed = unpassed_options()
-    for name in unpassed:
-        print(f"{RUN.relative_to(ROOT)} does not pass the module option {name} (launch_{name} is lost): "
-              f"add `{name}: \"{{{{ {BY_NAME[name].role_name} }}}}\"` to its torchrun_launch task", file=sys.stderr)
     if "--check" in argv:
         for path in stale:
-            print(f"{path.relative_to(ROOT)} is not what the launch option table says: run "
+            print(f"{_shown(path)} is not what the launch option table says: run "
                   f"python tools/write_launch_options.py and commit the result", file=sys.stderr)
-        return 1 if stale or unpassed else 0
+        return 1 if stale else 0
     for path in stale:
         path.write_text(wanted[path])
-        print(f"wrote {path.relative_to(ROOT)}")
-    return 1 if unpassed else 0
+        print(f"wrote {_shown(path)}")
+    return 0
 
 
 if __name__ == "__main__":
