@@ -8,9 +8,7 @@ allocation, taking the nodes from the scheduler at run time.
 from __future__ import annotations
 
 import os
-import secrets
 import shlex
-from datetime import datetime, timezone
 from pathlib import Path
 
 from torchfleet.collection import module_util
@@ -34,7 +32,7 @@ def _as_int(value, what: str) -> int:
 def build(script: str, script_args: list[str], extra: dict, hosts: list[str], hostvars: dict,
           cache_dir: Path, batch_nodes: int | None = None, batch_slots: int | None = None,
           batch_format: str = "slurm"):
-    """(Plan, source) through the launch's own resolve(); `source` is "facts" or "inventory".
+    """(Plan, source) through the launch's own request and plan_for(); `source` is "facts" or "inventory".
 
     With batch_nodes the nodes are placeholders filled in at run time (see _head/batch_script.py)."""
     lp, lr = module_util("_head.launch_plan"), module_util("_launch_request")
@@ -87,7 +85,7 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     home = ((recorded.get("home") if recorded.get("name") in (None, user) else None) or extra.get("cluster_user_home")
             or first.get("cluster_user_home") or ("/root" if user == "root" else f"/home/{user}"))
     workdir = request.get("workdir", f"{home}/torchfleet")
-    run_id = request.get("run_id") or lp.new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
+    run_id = request.get("run_id") or lp.new_run_id()
     log_dir = request.get("log_dir") or f"{workdir}/runs"
     mode = request.get("mode", "torchrun")
     # The launcher's environment is the head's, unseen from here: PATH is passed as a launch passes it.
@@ -103,9 +101,9 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
         mpich_launcher=(request.get("mpich_launcher") or head_facts.get("mpich_found_launcher") or None)
         if mode == "mpich" else None,
         allow_run_as_root=user == "root" and mode != "mpich")
-    plan = lr.resolve(request, nodes, run_id=run_id, run_dir=f"{log_dir}/{run_id}", env_pass=env_pass,
-                      env_secrets=request.get("env_secrets", []),
-                      env_set={str(k): str(v) for k, v in request.get("env_set", {}).items()})
+    plan = lp.plan_for(lr.LaunchRequest.of(request), nodes, run_id=run_id, run_dir=f"{log_dir}/{run_id}",
+                       env_pass=env_pass, env_secrets=request.get("env_secrets", []),
+                       env_set={str(k): str(v) for k, v in request.get("env_set", {}).items()})
     if batch_nodes:
         import dataclasses
         # Inside an allocation: output in the job's own file, the script where the job starts,

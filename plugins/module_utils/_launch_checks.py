@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.slurm import (
     SlurmError, check_name, check_time_limit)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (
-    LIST_OPTIONS, OPTIONS, RESTART_OPTIONS, with_defaults)
+    LIST_OPTIONS, OPTIONS, RESTART_OPTIONS)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT
 
 EXAMPLE_LISTS = {
@@ -336,13 +336,12 @@ def _slurm_conflicts(mode: str, tree_spawn: bool, mode_name: str) -> list[str]:
     return found
 
 
-def module_refusal(request: Mapping) -> str | None:
+def module_refusal(request) -> str | None:
     """What the module refuses of a request before anything changes, that its argument spec
     cannot say: what cannot run under Slurm (the role's problems() said it earlier, by the
     role's names, but the module is also called directly)."""
-    req = with_defaults(request)
-    restart = {key: req[key] for key in RESTART_OPTIONS}
-    found = restart_problems(restart, len(req["nodes"] or ()), req["mode"], req["scheduler"], req["check_nodes"])
-    if req["scheduler"] == "slurm":
-        found += _slurm_conflicts(req["mode"], bool(req["tree_spawn"]), "mode")
+    restart = {key: getattr(request, key) for key in RESTART_OPTIONS}
+    found = restart_problems(restart, len(request.nodes or ()), request.mode, request.scheduler, request.check_nodes)
+    if request.scheduler == "slurm":
+        found += _slurm_conflicts(request.mode, bool(request.tree_spawn), "mode")
     return " ".join(found) or None

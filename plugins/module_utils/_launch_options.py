@@ -7,9 +7,9 @@ From the table come the torchrun_launch module's argument spec (``argument_spec(
 option documentation (``module_documentation()``: the doc fragment), the arguments the launch
 role's run.yml passes it (``module_arguments()``), the role's ``meta/argument_specs.yml`` and
 ``defaults/main.yml`` and launch.yml's short names (``tools/write_launch_options.py`` writes
-them; ``make lint`` fails when they are out of date), and every option's default
-(``with_defaults``). The checks are in _launch_checks.py, the
-resolution of a request into the renderer's plan in _launch_request.py.
+them; ``make lint`` fails when they are out of date), and the typed launch request
+(_launch_request.LaunchRequest: a field per module option, at its default). The checks are in
+_launch_checks.py.
 
 Standard library only: the CLI imports this file outside Ansible.
 """
@@ -17,7 +17,6 @@ Standard library only: the CLI imports this file outside Ansible.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT
@@ -558,10 +557,3 @@ CHECKED_OPTIONS = ("action", "script", *LIST_OPTIONS, "shared_storage", "run_id"
                    "master_port", "nproc_per_node", "tree_spawn", "log_dir", *RESTART_OPTIONS, "scheduler",
                    "slurm_partition", "slurm_account", "slurm_time_limit", "slurm_gpus_per_node", "group",
                    "head_node", "exclude")
-
-
-def with_defaults(request: Mapping) -> dict:
-    """The request with every module option it leaves out at the table's default."""
-    filled = {option.name: option.default for option in OPTIONS if option.module}
-    filled.update({key: value for key, value in request.items() if value is not None})
-    return filled

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from types import SimpleNamespace
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import probe_nodes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
     ACTIVE,
     PLAN_FILE,
+    OlderPlan,
     RESULT,
     SupervisorPlan,
     read_state,
@@ -24,7 +26,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record im
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs, runs_listed
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import write_file
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node, plan_from_dict
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node, plan_of_run
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import (
     follow_run,
@@ -37,8 +39,9 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start i
 RESTARTABLE = ("failed", "lost", "timed_out", "stopped")
 
 
-def restart_refusal(record: dict | None, plan: SupervisorPlan | None, run_id: str, run_dir: str) -> str | None:
-    """Why the run in `run_dir` cannot be restarted, naming the fix; None when it can."""
+def restart_refusal(record: dict | None, plan: SupervisorPlan | str | None, run_id: str, run_dir: str) -> str | None:
+    """Why the run in `run_dir` cannot be restarted, naming the fix; None when it can. `plan`: the
+    run's plan, or why it could not be read."""
     if record is None or plan is None:
         return (f"no run {run_id} in {os.path.dirname(run_dir)} on this node: give the id of a run "
                 f"of this cluster (torchfleet runs lists them) and the log_dir it ran with")
@@ -48,10 +51,9 @@ def restart_refusal(record: dict | None, plan: SupervisorPlan | None, run_id: st
                 f"stop it first ({STOP_HINT}), or wait for it")
     if state not in RESTARTABLE:
         return f"run {run_id} {state}: there is nothing to restart; launch a new run instead"
-    if plan.scheduler != "none" or plan.mode == "mpich" or not plan.launch_plan:
-        how = ("it ran through Slurm" if plan.scheduler != "none" else
-               "it ran through MPICH's mpiexec" if plan.mode == "mpich" else
-               "it was launched by an older torchfleet that kept no launch plan")
+    if isinstance(plan, str) or plan.request.scheduler != "none" or plan.request.mode == "mpich":
+        how = (f"it was launched by an older torchfleet ({plan})" if isinstance(plan, str) else
+               "it ran through Slurm" if plan.request.scheduler != "none" else "it ran through MPICH's mpiexec")
         return (f"run {run_id} cannot be restarted by torchfleet: {how}; launch it again (with your "
                 f"script's resume option)")
     return None
@@ -61,25 +63,25 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
     """The run's plan for its next attempt: the attempts it had, and what the call overrides."""
     p = module.params
     attempts = record.get("attempts") or [{}]
-    nodes = len(plan.launch_plan["nodes"])
-    min_nodes = p["min_nodes"] or plan.min_nodes
+    nodes = len(plan.request.nodes)
+    min_nodes = p["min_nodes"] or plan.fewest_nodes
     if min_nodes > nodes:
         module.fail_json(msg=f"min_nodes is {min_nodes}, above run {plan.run_id}'s {nodes} nodes: give at "
-                             f"most {nodes}, or 0 for the run's own ({plan.min_nodes})")
+                             f"most {nodes}, or 0 for the run's own ({plan.fewest_nodes})")
     # The ssh masters of the run's launch are long closed: every ssh connects by itself.
-    return dataclasses.replace(plan, first_attempt=len(attempts), min_nodes=min_nodes, node_dirs=True,
-                               max_restarts=p["max_restarts"] or plan.max_restarts, control_dir=None,
-                               launch_plan=dict(plan.launch_plan, ssh_control_path=None))
+    request = SimpleNamespace(**{**vars(plan.request), "max_restarts": p["max_restarts"] or plan.request.max_restarts})
+    return dataclasses.replace(plan, request=request, first_attempt=len(attempts), fewest_nodes=min_nodes,
+                               node_dirs=True, control_dir=None)
 
 
 def other_runs(module, plan: SupervisorPlan) -> list[dict]:
     """The runs of torchfleet other than this one alive on the run's nodes that answer now
     ([{node, run_id, pids}]): a restart onto them would put two trainings on one set of devices."""
-    nodes = [Node(**node) for node in plan.launch_plan["nodes"]]
-    if not plan.check_nodes:
+    nodes = [Node(**node) for node in plan.request.nodes]
+    if not plan.request.check_nodes:
         nodes = [node for node in nodes if node.name == plan.head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
-    answers = probe_nodes(nodes, plan.head, ssh, plan.python, {node.name: {"expect": {}} for node in nodes},
+    answers = probe_nodes(nodes, plan.head, ssh, plan.request.python, {node.name: {"expect": {}} for node in nodes},
                           timeout=15, connect_timeout=3)
     return [{"node": node.name, **run} for node in nodes for run in group_runs(answers[node.name].get("runs", []))
             if run["run_id"] != plan.run_id]
@@ -105,6 +107,8 @@ def run_restarted(module) -> None:
     record = read_state(run_dir)
     try:
         plan = SupervisorPlan.read(run_dir)
+    except OlderPlan as err:
+        plan = str(err)
     except (OSError, ValueError, TypeError):
         plan = None
     refusal = restart_refusal(record, plan, run_id, run_dir)
@@ -112,7 +116,7 @@ def run_restarted(module) -> None:
         module.fail_json(msg=f"refusing to restart: {refusal}", **result)
     plan = restarted_plan(module, plan, record)
     # The environment the run had, but for values never written down: its secrets, given again.
-    rendered = render(plan_from_dict(plan.launch_plan))
+    rendered = render(plan_of_run(plan))
     missing = [name for name in rendered.secrets if name not in p["env_secrets"]]
     if missing:
         module.fail_json(msg=f"run {run_id} passed the secrets {', '.join(missing)} to its ranks, and they are "
@@ -137,7 +141,7 @@ def run_restarted(module) -> None:
     result["changed"] = True
     module.supervised = True
     supervisor_proc = start_supervisor(module, run_dir, package, env, result, restarted=True)
-    record = follow_run(module, plan_from_dict(plan.launch_plan), run_dir, supervisor_proc, None)
+    record = follow_run(module, plan_of_run(plan), run_dir, supervisor_proc, None)
     shown = {key: getattr(record, key) for key in record.keys(RESULT)}
     result.update({key: value for key, value in shown.items() if value is not None},
                   nodes=record.nodes, world_size=record.world_size)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import secrets
 import select
 import shlex
 import shutil
@@ -16,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from types import SimpleNamespace
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head import supervisor
@@ -47,7 +46,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_pl
     RESERVED_ENV,
     PlanError,
     new_run_id,
-    plan_to_dict,
+    plan_for,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes import (
@@ -56,7 +55,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes 
     send_files,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_checks import module_refusal
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import head_reaches_nodes, resolve
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest, head_reaches_nodes, stored
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_slurm import slurm_job
 
 # Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.
@@ -96,25 +95,24 @@ def _env_value(value):
     return value
 
 
-def build(module, run_id, run_dir, control_dir=None):
-    p = module.params
-    refusal = module_refusal(p)  # before anything changes: what the argument spec cannot say
+def build(module, request, run_id, run_dir, control_dir=None):
+    refusal = module_refusal(request)  # before anything changes: what the argument spec cannot say
     if refusal:
         module.fail_json(msg=refusal, run_id=run_id)
-    env_set = {name: _env_value(value) for name, value in p["env_set"].items()}
-    secret_values = {name: _env_value(value) for name, value in p["env_secrets"].items()}
+    env_set = {name: _env_value(value) for name, value in request.env_set.items()}
+    secret_values = {name: _env_value(value) for name, value in request.env_secrets.items()}
     for name, value in secret_values.items():
         if not isinstance(value, str):
             module.fail_json(msg=f"env_secrets: {name} has no string value; give it one")
     taken = RESERVED_ENV | set(env_set) | set(secret_values)
-    env_pass, missing = resolve_env_pass(p["env_pass"], os.environ, taken)
-    plan = resolve(p, p["nodes"], run_id=run_id, run_dir=run_dir, env_pass=env_pass,
-                   env_secrets=secret_values, env_set=env_set,
-                   control_path=f"{control_dir}/%C" if control_dir else None, supervised=True)
+    env_pass, missing = resolve_env_pass(request.env_pass, os.environ, taken)
+    plan = plan_for(request, request.nodes, run_id=run_id, run_dir=run_dir, env_pass=env_pass,
+                    env_secrets=secret_values, env_set=env_set,
+                    control_path=f"{control_dir}/%C" if control_dir else None, supervised=True)
     paths = {"run": run_dir, "launcher": os.path.join(run_dir, "launcher.log"),
              "ranks": plan.log_dir or "", "workers": plan.node_log_dir or ""}
     # The first attempt's world: every node but the spares, which the checks and files still reach.
-    left = set(spares([node.name for node in plan.nodes], plan.head, p["spare_nodes"]))
+    left = set(spares([node.name for node in plan.nodes], plan.head, request.spare_nodes))
     try:
         rendered = render(dataclasses.replace(plan, nodes=tuple(node for node in plan.nodes if node.name not in left)))
     except PlanError as err:
@@ -126,16 +124,15 @@ def build(module, run_id, run_dir, control_dir=None):
     return plan, rendered, secret_values, paths
 
 
-def ssh_masters(module):
+def ssh_masters(module, request):
     """A directory for the OpenSSH masters the probe leaves open to each node, which mpirun's ssh
     then rides instead of a handshake of its own per node (plm_rsh_args, see _head/renderer.py); None
     where mpirun does not ssh from the head to every node itself (mpich mode, tree spawn, Slurm,
     the head alone), in check mode, or when the user set Open MPI's rsh options, which ours would
     override. Short, in /tmp: a socket path has at most 107 bytes."""
-    p = module.params
-    if module.check_mode or not head_reaches_nodes(p):
+    if module.check_mode or not head_reaches_nodes(request):
         return None
-    if any("plm_rsh" in arg for arg in p["mpirun_extra_args"]) or any(
+    if any("plm_rsh" in arg for arg in request.mpirun_extra_args) or any(
             name in os.environ for name in ("OMPI_MCA_plm_rsh_args", "OMPI_MCA_plm_rsh_agent")):
         return None
     try:
@@ -145,13 +142,14 @@ def ssh_masters(module):
 
 
 def run_started(module):
-    control_dir = ssh_masters(module)
+    request = LaunchRequest.of(module.params)  # the one request, from here to the supervisor
+    control_dir = ssh_masters(module, request)
     module.supervised = False
     module.launch_lock = None
     module.announced = []
     module.plan = None
     try:
-        start_run(module, control_dir)
+        start_run(module, request, control_dir)
     finally:
         # fail_json and exit_json end the module through SystemExit: this runs after them too.
         # Once the supervisor runs, mpirun's daemons ride the masters and the supervisor closes them.
@@ -162,8 +160,7 @@ def run_started(module):
         if control_dir and not module.supervised:
             # Not required=True: a missing ssh has failed the module already, with its own message.
             close_ssh_masters(module.get_bin_path("ssh"), control_dir,
-                              [node["address"] for node in module.params["nodes"]
-                               if node["name"] != module.params["head"]])
+                              [node["address"] for node in request.nodes if node["name"] != request.head])
 
 
 class _Interrupt:
@@ -303,11 +300,10 @@ def follow_run(module, plan, run_dir, supervisor_proc, control_dir) -> RunRecord
             pass
 
 
-def start_run(module, control_dir):
-    p = module.params
-    run_id = p["run_id"] or new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
-    run_dir = os.path.join(p["log_dir"], run_id)
-    plan, rendered, secret_values, paths = build(module, run_id, run_dir, control_dir)
+def start_run(module, request, control_dir):
+    run_id = request.run_id or new_run_id()
+    run_dir = os.path.join(request.log_dir, run_id)
+    plan, rendered, secret_values, paths = build(module, request, run_id, run_dir, control_dir)
     module.plan = plan
     result = {
         "changed": False, "run_id": run_id, "argv": rendered.argv, "command": rendered.command,
@@ -319,10 +315,10 @@ def start_run(module, control_dir):
     }
     # {absolute path: base64 content}: the probes hash the decoded bytes and write the text.
     try:
-        files, digests = files_to_place(p["file_contents"])
+        files, digests = files_to_place(request.file_contents)
     except ValueError as err:
         module.fail_json(msg=f"file_contents: {err}", run_id=run_id)
-    slurm = p["scheduler"] == "slurm"
+    slurm = request.scheduler == "slurm"
     sbatch = script = script_path = batch = None
     if slurm:
         sbatch, script, script_path, batch = slurm_job(module, plan, run_dir, paths)
@@ -341,7 +337,7 @@ def start_run(module, control_dir):
     # others and grows to it once it answers (the supervisor's watch_left_out).
     world = list(rendered.nodes)
     size = len(world)
-    may_miss = len(world) - p["min_nodes"] if p["min_nodes"] and p["max_restarts"] and not slurm else 0
+    may_miss = len(world) - request.min_nodes if request.min_nodes and request.max_restarts and not slurm else 0
     entry = {"run_id": run_id, "head": plan.head, "nodes": list(rendered.nodes), "world_size": rendered.world_size,
              "started": now_iso()}
     stale, missed = preflight_nodes(module, plan, run_dir, digests, control_dir, may_miss=may_miss, entry=entry)
@@ -355,7 +351,7 @@ def start_run(module, control_dir):
         result.update(argv=rendered.argv, command=rendered.command, hostfile=rendered.hostfile,
                       nodes=list(rendered.nodes), world_size=rendered.world_size, left_out=missed)
         module.warn(f"{', '.join(missed)} did not answer: run {run_id} starts on {', '.join(rendered.nodes)} "
-                    f"(min_nodes {p['min_nodes']}) and grows to them once they answer, at a checkpoint")
+                    f"(min_nodes {request.min_nodes}) and grows to them once they answer, at a checkpoint")
     result["stale_files"] = stale
     if module.check_mode:
         module.exit_json(**result)
@@ -369,21 +365,15 @@ def start_run(module, control_dir):
         module.fail_json(msg=f"not in the launcher's environment: {', '.join(absent)}", **result)
     by_name = {node.name: node for node in plan.nodes}
     supervisor_plan = SupervisorPlan(
-        run_id=run_id, argv=sbatch if slurm else rendered.argv, cwd=p["chdir"], command=result["command"],
-        nodes=[vars(by_name[name]) for name in rendered.nodes], head=plan.head,
-        mode=plan.mode, nproc=plan.nproc_per_node or by_name[plan.head].slots,
-        world_size=rendered.world_size, python=plan.python,
-        ssh=module.get_bin_path("ssh") if len(plan.nodes) > 1 else None,
-        check_nodes=p["check_nodes"], control_dir=control_dir,
-        launch_timeout=p["launch_timeout"], stop_grace=p["stop_grace"], paths=paths,
-        scheduler=p["scheduler"], sbatch=sbatch, start_timeout=p["start_timeout"],
-        heartbeat_timeout=p["heartbeat_timeout"], worker_files=not plan.tee_workers,
-        max_restarts=p["max_restarts"], min_nodes=p["min_nodes"] or len(rendered.nodes),
-        world_nodes=size, rejoin_after=p["rejoin_after"],
-        node_checks={"expect": digests, "packages": {"python": plan.python, "expect": p["expect_packages"]}
-                     if p["expect_packages"] else None},
-        restart_wait=p["restart_wait"], final_exit_codes=list(p["final_exit_codes"]),
-        launch_plan=plan_to_dict(plan),  # what a restart renders again
+        run_id=run_id, request=SimpleNamespace(**stored(request)), argv=sbatch if slurm else rendered.argv, cwd=request.chdir,
+        command=result["command"], nodes=[vars(by_name[name]) for name in rendered.nodes],
+        nproc=plan.nproc_per_node or by_name[plan.head].slots, world_size=rendered.world_size,
+        ssh=module.get_bin_path("ssh") if len(plan.nodes) > 1 else None, control_dir=control_dir,
+        paths=paths, sbatch=sbatch, worker_files=not plan.tee_workers,
+        fewest_nodes=request.min_nodes or len(rendered.nodes), world_nodes=size,
+        env_pass=list(plan.env_pass), env_set=dict(plan.env_set),
+        node_checks={"expect": digests, "packages": {"python": plan.python, "expect": request.expect_packages}
+                     if request.expect_packages else None},
         batch=batch, node_dirs=True,
     )
     if _caller_gone():

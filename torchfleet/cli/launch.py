@@ -21,12 +21,11 @@ def script_path(script: str) -> str:
 
 
 def new_run_id() -> str:
-    import secrets
-    from datetime import datetime, timezone
-
+    """The run's id, chosen here (as the module would) so that the command can follow the run it
+    starts."""
     from torchfleet.collection import module_util
 
-    return module_util("_head.launch_plan").new_run_id(datetime.now(timezone.utc), secrets.token_hex(3))
+    return module_util("_head.launch_plan").new_run_id()
 
 
 def launch_command(args: argparse.Namespace) -> int:

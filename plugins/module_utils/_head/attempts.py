@@ -20,7 +20,7 @@ from .node_checks import head_copies, rejoin_problem, rejoin_request
 from .probe import end_run, find_run_processes, port_in_use
 from .record import RunRecord, SupervisorPlan, node_workers, reserve_space
 from .report import now_iso
-from .launch_plan import plan_from_dict
+from .launch_plan import plan_of_run
 from .renderer import render
 from .slurm_job import next_job
 from .tail import DONE, WHOLE, Tail
@@ -57,12 +57,12 @@ def supervise(run) -> RunRecord:
         state, msg, result, cause = ended
         # Growing to a node back is no failure: it spends nothing of max_restarts.
         spent = attempt - first - grows
-        if cause is None or run.stop_requested() is not None or (not run.grew and spent >= plan.max_restarts):
+        if cause is None or run.stop_requested() is not None or (not run.grew and spent >= plan.request.max_restarts):
             break
         grows += bool(run.grew)
         run.attempts[-1].update(ended=now_iso(), cause=cause)
         run.keeper.restarting(attempts=run.attempts, msg=f"attempt {attempt} of run {plan.run_id} ended ({cause}); "
-                                                         f"waiting for {plan.min_nodes} node(s) to answer")
+                                                         f"waiting for {plan.fewest_nodes} node(s) to answer")
         nodes = nodes_for_restart(run)
         if isinstance(nodes, str):
             if run.stop_requested() is not None:
@@ -77,7 +77,7 @@ def supervise(run) -> RunRecord:
     # The last attempt's nodes are free for another account's launch now, not STARTING_FOR after
     # the launch (a node lost or silent is not waited for).
     withdraw_from_board([node for node in run.nodes if node.name not in run.not_alive], plan.head,
-                        plan.ssh if plan.check_nodes else None, plan.python, plan.run_id, plan.control_dir)
+                        plan.ssh if plan.request.check_nodes else None, plan.request.python, plan.run_id, plan.control_dir)
     if plan.control_dir:
         close_ssh_masters(plan.ssh, plan.control_dir, [node.address for node in run.nodes if node.name != plan.head])
     return run.keeper.end(state, msg=msg, ended=now_iso(), **result)
@@ -117,7 +117,7 @@ def earlier_attempts(record: dict, plan: SupervisorPlan) -> list:
 
 def attempt_size(plan: SupervisorPlan) -> int:
     """The nodes an attempt uses at most: every node of the run but its spares."""
-    return plan.world_nodes or len(plan.launch_plan["nodes"])
+    return plan.world_nodes or len(plan.request.nodes)
 
 
 def spares(names: list, head: str, count: int) -> list:
@@ -152,14 +152,14 @@ def ready_nodes(run, asked) -> tuple[list, dict]:
     reachable = [node for node, ok in zip(others, knocked) if ok]
     # The run's files too: a node left out at the launch (it did not answer) never got them.
     request = {"expect": (plan.node_checks or {}).get("expect") or {},
-               "stop": {"run_id": plan.run_id, "grace": plan.stop_grace}}
-    answers = probe_nodes(reachable, plan.head, plan.ssh, plan.python, {node.name: request for node in reachable},
-                          timeout=plan.stop_grace + 20, connect_timeout=5,
-                          control_dir=plan.control_dir) if reachable and plan.check_nodes else {}
-    if not plan.check_nodes:  # the other nodes take no ssh from the head: the knock alone
+               "stop": {"run_id": plan.run_id, "grace": plan.request.stop_grace}}
+    answers = probe_nodes(reachable, plan.head, plan.ssh, plan.request.python, {node.name: request for node in reachable},
+                          timeout=plan.request.stop_grace + 20, connect_timeout=5,
+                          control_dir=plan.control_dir) if reachable and plan.request.check_nodes else {}
+    if not plan.request.check_nodes:  # the other nodes take no ssh from the head: the knock alone
         answers = {node.name: {"runs": []} for node in reachable}
     if any(node.name == plan.head for node in asked):
-        end_run(plan.run_id, plan.stop_grace, spare_guardian=True)
+        end_run(plan.run_id, plan.request.stop_grace, spare_guardian=True)
         answers[plan.head] = {"runs": find_run_processes()}
     ready, busy = [], {}
     for node in asked:
@@ -180,23 +180,23 @@ def nodes_for_restart(run):
     with stale ranks among them). Past restart_wait, or on a stop, a sentence saying why there are
     none."""
     plan = run.plan
-    every = [SimpleNamespace(**node) for node in plan.launch_plan["nodes"]]
-    deadline = time.monotonic() + plan.restart_wait
+    every = [SimpleNamespace(**node) for node in plan.request.nodes]
+    deadline = time.monotonic() + plan.request.restart_wait
     # The nodes just found dead or silent are asked first only when the others are too few: a
     # hung node would hold the round up for the ssh timeout.
     others = [node for node in every if node.name not in run.not_alive]
-    asked = others if len(others) >= plan.min_nodes else every
+    asked = others if len(others) >= plan.fewest_nodes else every
     busy: dict = {}
     while run.stop_requested() is None:
         ready, busy = ready_nodes(run, asked)
-        if len(ready) >= plan.min_nodes:
+        if len(ready) >= plan.fewest_nodes:
             return attempt_nodes([node.name for node in ready], [node.name for node in run.nodes], attempt_size(plan))
         if time.monotonic() >= deadline:
             missing = [node.name for node in every if node not in ready]
             held = "".join(f"; {name} runs {', '.join(ids)} (stop it first: torchfleet stop RUN_ID)"
                            for name, ids in busy.items())
-            return (f"{len(ready)} node(s) answered, fewer than min_nodes ({plan.min_nodes}), within "
-                    f"restart_wait ({plan.restart_wait} s); missing: {', '.join(missing)}{held}")
+            return (f"{len(ready)} node(s) answered, fewer than min_nodes ({plan.fewest_nodes}), within "
+                    f"restart_wait ({plan.request.restart_wait} s); missing: {', '.join(missing)}{held}")
         asked = every
         time.sleep(WAIT_EVERY)
     return "stopped while waiting for the nodes of a restart"
@@ -206,7 +206,7 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
     """Render the run's request again for attempt `attempt` on the nodes `names`: its own
     rendezvous port (free on the head, and never an attempt's before, so nothing of one can join
     it), hostfile and worker log directory, and TORCHFLEET_RESTART_COUNT for the script."""
-    base = plan_from_dict(run.plan.launch_plan)
+    base = plan_of_run(run.plan)
     previous = [node.name for node in run.nodes]
     workers = f"{base.node_log_dir}.{attempt}" if base.node_log_dir else None
     port = free_port(max(base.port + attempt, (run.port or 0) + 1))
@@ -218,9 +218,9 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
         hostfile_path=f"{run.run_dir}/hostfile.{attempt}", node_log_dir=workers,
         env_set=MappingProxyType({**base.env_set, RESTART_VAR: str(attempt)}))
     rendered = render(plan)
-    by_name = {node["name"]: node for node in run.plan.launch_plan["nodes"]}
+    by_name = {node["name"]: node for node in run.plan.request.nodes}
     order = [by_name[name] for name in rendered.nodes]
-    if run.plan.scheduler == "slurm":
+    if run.plan.request.scheduler == "slurm":
         argv = next_job(run, attempt, plan, [name for name in by_name if name not in names])
         changes = {"argv": argv, "sbatch": argv, "command": shlex.join(argv)}
     else:
@@ -262,8 +262,8 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
     the run grows to it at the script's next checkpoint (Run.wait_for_end). One that fails a
     check is named in `run.not_taken_back`, and checked again later."""
     plan = run.plan
-    pending = {node["name"]: SimpleNamespace(**node) for node in plan.launch_plan["nodes"] if node["name"] in names}
-    short = len(run.nodes) < attempt_size(plan) and bool(plan.max_restarts) and plan.scheduler != "slurm"
+    pending = {node["name"]: SimpleNamespace(**node) for node in plan.request.nodes if node["name"] in names}
+    short = len(run.nodes) < attempt_size(plan) and bool(plan.request.max_restarts) and plan.request.scheduler != "slurm"
     answering, failed = {}, {}  # {name: since when it answers (monotonic)}, {name: when a check failed}
     while pending and not over.wait(WAIT_EVERY):
         knocked = {name: node_answers(node.address, SSH_PORT, timeout=KNOCK_TIMEOUT) for name, node in pending.items()}
@@ -271,7 +271,7 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
             answering.pop(name, None)
         back = [pending[name] for name, ok in knocked.items() if ok and name not in answering]
         if back:
-            done = end_run_on_nodes(back, plan.head, plan.ssh, plan.python, plan.run_id, plan.stop_grace)
+            done = end_run_on_nodes(back, plan.head, plan.ssh, plan.request.python, plan.run_id, plan.request.stop_grace)
             silent = {node["name"] for node in done["silent"]}
             for node in back:
                 if node.name not in silent:  # it runs a command: not only its kernel answering the knock
@@ -283,10 +283,10 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
             continue
         now = time.monotonic()
         settled = [pending[name] for name, since in answering.items()
-                   if now - since >= plan.rejoin_after and now - failed.get(name, -RECHECK_EVERY) >= RECHECK_EVERY]
+                   if now - since >= plan.request.rejoin_after and now - failed.get(name, -RECHECK_EVERY) >= RECHECK_EVERY]
         if not settled:
             continue
-        answers = probe_nodes(settled, plan.head, plan.ssh, plan.python,
+        answers = probe_nodes(settled, plan.head, plan.ssh, plan.request.python,
                               {node.name: rejoin_request(plan.node_checks) for node in settled},
                               timeout=PROBE_TIMEOUT, connect_timeout=5, control_dir=plan.control_dir)
         for node in settled:
@@ -314,7 +314,7 @@ def give_files(run, node, stale) -> str | None:
     found, changed = head_copies(stale, (plan.node_checks or {}).get("expect") or {})
     if changed:
         return f"the run's files differ there, and the head's copies changed since the launch: {', '.join(changed)}"
-    answer = probe_nodes([node], plan.head, plan.ssh, plan.python, {node.name: {"write": found}},
+    answer = probe_nodes([node], plan.head, plan.ssh, plan.request.python, {node.name: {"write": found}},
                          timeout=PROBE_TIMEOUT, connect_timeout=5, control_dir=plan.control_dir)[node.name]
     return f"the run's files could not be put there: {answer['error']}" if "error" in answer else None
 

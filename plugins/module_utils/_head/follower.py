@@ -23,7 +23,7 @@ from .labels import shown_parts
 from .line_server import CAUGHT_UP, PROGRAM as LINE_SERVER, SERVE_HELLO
 from .loader import program_of
 from .record import (ACTIVE, LAUNCHER_LOG, PLAN_FILE, STATE_FILE, newest_run, node_workers, owner_of, read_state,
-                     run_dir_of, runs_index)
+                     request_value, run_dir_of, runs_index)
 from .tail import CUT, POLL, WHOLE, Tail, WorkerFiles
 
 # The files of the follower's program, each before those importing it.
@@ -56,7 +56,7 @@ class NodeReader:
 
     def __init__(self, index: int, node: dict, plan: dict, program: str, directory: str,
                  from_start: bool, lines, group=None):
-        remote = shlex.join([plan["python"], "-S", "-c", program, "serve", directory,
+        remote = shlex.join([request_value(plan, "python"), "-S", "-c", program, "serve", directory,
                              "start" if from_start else "now"])
         self.index, self.name, self.lines, self.group = index, node["name"], lines, group
         self.heard, self.caught_up = time.monotonic(), False
@@ -134,7 +134,7 @@ class RunOutput:
         if not self.plan:
             return
         # A Slurm job's nodes, in rank order, are known once it runs (or it never ran).
-        slurm = self.plan.get("scheduler") == "slurm"
+        slurm = request_value(self.plan, "scheduler") == "slurm"
         attempts = record.get("attempts") or [
             {"workers": self.plan["paths"]["workers"], "job_nodes": record.get("job_nodes"),
              "nodes": record.get("nodes") or [node["name"] for node in self.plan["nodes"]]}]
@@ -159,7 +159,7 @@ class RunOutput:
         for index, locals_ in wanted.items():
             # Runs of an older torchfleet: every node's files straight under the directory.
             own = node_workers(directory, index) if self.plan.get("node_dirs") else directory
-            if group[index] == self.plan["head"]:
+            if group[index] == request_value(self.plan, "head"):
                 self.head_files.append((group, index, WorkerFiles(own, locals_, from_start)))
                 continue
             if self.server_program is None:  # from the head package the run started from

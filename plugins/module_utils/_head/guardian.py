@@ -43,20 +43,20 @@ def end_everywhere(plan: SupervisorPlan, record: dict | None) -> dict:
     record's changes that say what was done."""
     problems = []
     job = (record or {}).get("job_id")
-    if plan.scheduler == "slurm":
+    if plan.request.scheduler == "slurm":
         for job_id in [job] if job else [found["job_id"] for found in slurm.run_jobs({plan.run_id})]:
             try:
                 slurm.cancel(job_id)
             except slurm.SlurmError as err:
                 problems.append(str(err))
-    stopped, survivors = end_run(plan.run_id, plan.stop_grace)
+    stopped, survivors = end_run(plan.run_id, plan.request.stop_grace)
     ended = None
     nodes = [SimpleNamespace(**node) for node in plan.nodes]
-    if plan.check_nodes and plan.ssh and len(nodes) > 1:
-        ended = end_run_on_nodes(nodes, plan.head, plan.ssh, plan.python, plan.run_id, plan.stop_grace)
+    if plan.request.check_nodes and plan.ssh and len(nodes) > 1:
+        ended = end_run_on_nodes(nodes, plan.head, plan.ssh, plan.request.python, plan.run_id, plan.request.stop_grace)
     if survivors:
         problems.append(f"processes {', '.join(str(p['pid']) for p in survivors)} survived SIGKILL on the head")
-    withdraw_from_board(nodes, plan.head, plan.ssh if plan.check_nodes else None, plan.python, plan.run_id,
+    withdraw_from_board(nodes, plan.head, plan.ssh if plan.request.check_nodes else None, plan.request.python, plan.run_id,
                         plan.control_dir)
     if plan.control_dir:
         close_ssh_masters(plan.ssh, plan.control_dir, [n.address for n in nodes if n.name != plan.head])

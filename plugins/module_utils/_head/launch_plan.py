@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: torchfleet contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""The launch plan: what one launch is (``Plan`` on ``Node`` s), and its run ids and log layout.
+"""The launch plan: what one launch is (``Plan`` on ``Node`` s), made from the launch request
+(``plan_for``), and its run ids and log layout.
 
 The module, ``torchfleet render`` and a run's supervisor (which renders each restart again) share
 it; plan_checks.py checks a plan, renderer.py turns it into the launcher's argv, hostfile and
@@ -13,8 +14,10 @@ launch looks: docs/launch_plan.md.
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
 from types import MappingProxyType
 
 MODES = ("torchrun", "rank", "mpich")
@@ -107,10 +110,12 @@ def node_slots(gpu_count, nproc_per_node) -> int:
     return int(nproc_per_node)
 
 
-def new_run_id(now, token: str) -> str:
-    """tf-YYYYMMDD-HHMMSS-TOKEN from a UTC time and a random token: sorts by start time, and the
-    token keeps two launches in the same second apart."""
-    return f"tf-{now:%Y%m%d-%H%M%S}-{token}"
+def new_run_id(now: datetime | None = None, token: str | None = None) -> str:
+    """A new run's id, made here alone (by the CLI, which follows the run it starts, and by the
+    module where a playbook gave none): tf-YYYYMMDD-HHMMSS-TOKEN, the UTC time and a random
+    token, so ids sort by start time and two launches in the same second stay apart."""
+    now = now or datetime.now(timezone.utc)
+    return f"tf-{now:%Y%m%d-%H%M%S}-{token or secrets.token_hex(3)}"
 
 
 def run_log_dirs(run_dir: str, mode: str) -> tuple[str | None, str | None]:
@@ -122,3 +127,51 @@ def run_log_dirs(run_dir: str, mode: str) -> tuple[str | None, str | None]:
 
 
 # ---------------------------------------------------------------------------------------------
+
+
+def by_pals(request) -> bool:
+    """Cray PALS starts the nodes' processes itself: Ansible copies the files, not the module."""
+    return request.mode == "mpich" and request.mpich_launcher == "pals"
+
+
+def reads_worker_files(request) -> bool:
+    """Whether the head reads the ranks' output from torchrun's files on each node (over the
+    cluster's ssh; under Slurm too, where the head checks the nodes over ssh: a batch job's
+    output would be torchrun's --tee copies, which lose and glue lines); otherwise torchrun
+    copies it to the launcher's output (--tee): PALS nodes take no ssh."""
+    return request.mode != "rank" and not by_pals(request) and (
+        request.scheduler == "none" or (request.scheduler == "slurm" and request.check_nodes))
+
+
+def plan_for(request, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secrets=(), env_set=None,
+             control_path: str | None = None, supervised: bool = False) -> Plan:
+    """The renderer's plan for `request` (a LaunchRequest, or the supervisor's copy of it from
+    run.json: every option by its module name) on `nodes` (Node, or their dicts). The environment
+    comes resolved by the caller, who alone sees it: names to pass (`env_pass`), secret names, and
+    values to set. `supervised`: the launch module's run, whose follower reads the workers' files
+    where it can; a command rendered for a person to run keeps torchrun's --tee (the output on
+    the terminal)."""
+    ranks, workers = run_log_dirs(run_dir, request.mode)
+    return Plan(
+        nodes=tuple(node if isinstance(node, Node) else Node(**node) for node in nodes),
+        head=request.head, script=request.script, run_id=run_id,
+        hostfile_path=f"{run_dir}/hostfile", script_args=tuple(request.script_args),
+        mode=request.mode, port=request.master_port, nproc_per_node=request.nproc_per_node,
+        python=request.python, torchrun=request.torchrun, launcher=request.launcher,
+        log_dir=ranks, node_log_dir=workers, network=request.network,
+        env_pass=tuple(env_pass), env_secrets=tuple(env_secrets),
+        env_set=dict(request.env_set if env_set is None else env_set),
+        mpirun_extra_args=tuple(request.mpirun_extra_args),
+        allow_run_as_root=request.allow_run_as_root, tree_spawn=request.tree_spawn,
+        ssh_control_path=control_path, silent_node_timeout=request.silent_node_timeout,
+        mpich_launcher=request.mpich_launcher, tee_workers=not (supervised and reads_worker_files(request)),
+    )
+
+
+def plan_of_run(run) -> Plan:
+    """The renderer's plan of a run from its supervisor's plan (record.SupervisorPlan, run.json):
+    its request on every node of it, resolved as the launch resolved it, for an attempt to render
+    again (on the nodes that answer, with a port of its own)."""
+    return plan_for(run.request, run.request.nodes, run_id=run.run_id, run_dir=run.paths["run"],
+                    env_pass=run.env_pass, env_secrets=run.request.env_secrets, env_set=run.env_set,
+                    control_path=f"{run.control_dir}/%C" if run.control_dir else None, supervised=True)

@@ -19,6 +19,7 @@ import json
 import os
 import pwd
 from dataclasses import asdict, dataclass, field, fields, replace
+from types import SimpleNamespace
 
 STATE_FILE = "state.json"
 PLAN_FILE = "run.json"
@@ -138,35 +139,33 @@ class RunRecord:
         return replace(self, **changes)
 
 
+class OlderPlan(ValueError):
+    """A run.json that an older torchfleet wrote, in a form this one does not read."""
+
+
 @dataclass
 class SupervisorPlan:
-    """What the launch module tells a run's supervisor to do (run.json, no secret in it)."""
+    """What the launch module tells a run's supervisor to do (run.json, no secret in it): the
+    launch request (`request`, every module option, as _launch_request.stored keeps it; read back,
+    its options are attributes: plan.request.max_restarts) and what the launch resolved for it."""
     run_id: str
+    request: SimpleNamespace  # the launch request: every option by its module name, at its default where not given
     argv: list  # the launcher's, or sbatch's
     cwd: str | None  # chdir; None: the run's directory
     command: str
-    nodes: list  # [{name, address, slots, interface}] in rank order
-    head: str
-    mode: str
+    nodes: list  # the first attempt's nodes [{name, address, slots, interface}] in rank order
     nproc: int
     world_size: int
-    python: str  # the probe's interpreter on every node
     ssh: str | None
-    check_nodes: bool  # whether the other nodes take ssh from the head (not PALS)
     control_dir: str | None  # the ssh masters mpirun rides; the supervisor closes them
-    launch_timeout: int
-    stop_grace: int
     paths: dict  # {run, launcher, ranks, workers}
-    scheduler: str = "none"
     sbatch: list | None = None
-    start_timeout: int = 0  # seconds to a process of the run on every node; 0: no limit
-    heartbeat_timeout: int = 0  # seconds a node may not answer before the run ends; 0: not watched
     worker_files: bool = False  # the ranks' output is read from torchrun's files on each node
-    max_restarts: int = 0  # restarts after a failure a restart can help
-    min_nodes: int = 0  # the fewest nodes an attempt may use
-    restart_wait: int = 300  # seconds a restart waits for min_nodes to answer
-    final_exit_codes: list = field(default_factory=list)  # rank exit codes never restarted
-    launch_plan: dict | None = None  # the renderer's plan (launch_plan.plan_to_dict): restarts render it again
+    fewest_nodes: int = 0  # the fewest nodes an attempt may use: min_nodes, or the first attempt's
+    # The environment as the launch resolved it on the head: the names passed (env_pass, PATH and
+    # the like added), the values set; the secrets' names are the request's.
+    env_pass: list = field(default_factory=list)
+    env_set: dict = field(default_factory=dict)
     # Slurm: batch_script's options for the job (slots, gpus_per_node, walltime, queue, account,
     # whole_nodes, extra_args), with which a restart writes its new job's script.
     batch: dict | None = None
@@ -175,20 +174,35 @@ class SupervisorPlan:
     first_attempt: int = 0
     package: str | None = None  # the head package installed for this run's version (its line server)
     node_dirs: bool = False  # each node's torchrun logs under paths.workers/node<rank> (node_workers)
-    # Runs that heal (attempts.py): the nodes an attempt uses at most (0: every node of launch_plan;
-    # fewer with spare nodes), how long a node back must keep answering before the run grows to it,
-    # and what it must pass then (node_checks.rejoin_request's checks: no secret in them).
+    # Runs that heal (attempts.py): the nodes an attempt uses at most (0: every node of the
+    # request; fewer with spare nodes), and what a node back must pass before the run grows to
+    # it (node_checks.rejoin_request's checks: no secret in them).
     world_nodes: int = 0
-    rejoin_after: int = 10
     node_checks: dict | None = None
+
+    @property
+    def head(self) -> str:
+        return self.request.head
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:
+        """The plan in run_dir's run.json; OlderPlan for one without a request (written by a
+        torchfleet before the request was kept whole)."""
         with open(os.path.join(run_dir, PLAN_FILE), encoding="utf-8") as handle:
-            return cls(**_known(cls, json.load(handle)))
+            values = _known(cls, json.load(handle))
+        if not isinstance(values.get("request"), dict):
+            raise OlderPlan(f"{run_dir}/{PLAN_FILE} keeps no launch request: an older torchfleet wrote it")
+        return cls(**{**values, "request": SimpleNamespace(**values["request"])})
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        request = self.request if isinstance(self.request, dict) else vars(self.request)
+        return json.dumps({**asdict(replace(self, request=None)), "request": request}, indent=1)
+
+
+def request_value(plan: dict, key: str):
+    """An option of the request in run.json's plain form: under `request`, or (a run.json an older
+    torchfleet wrote) at the top."""
+    return (plan.get("request") or plan).get(key)
 
 
 def boot_id() -> str:

@@ -82,9 +82,9 @@ def new_record(plan: SupervisorPlan) -> RunRecord:
     """The record of a run that is starting: what `torchfleet runs` and torchrun_run_info show."""
     return RunRecord(
         run_id=plan.run_id, command=plan.command, nodes=[node["name"] for node in plan.nodes],
-        slots=[node["slots"] for node in plan.nodes], head=plan.head, mode=plan.mode,
+        slots=[node["slots"] for node in plan.nodes], head=plan.head, mode=plan.request.mode,
         nproc=plan.nproc, world_size=plan.world_size, started=now_iso(), started_at=time.time(),
-        log_dir=plan.paths["run"], launcher_log=plan.paths["launcher"], scheduler=plan.scheduler,
+        log_dir=plan.paths["run"], launcher_log=plan.paths["launcher"], scheduler=plan.request.scheduler,
         msg=f"run {plan.run_id} is starting")
 
 
@@ -107,7 +107,7 @@ class Run:
         self.not_alive: dict = {}  # after an attempt: {name: Verdict} of its nodes dead, lost or silent
         self.proc = None  # the launcher (or Slurm job) of the attempt in flight
         self.over = threading.Event()  # set when the attempt in flight ends: its threads stop
-        self.port = (self.plan.launch_plan or {}).get("port")  # the attempt's rendezvous port
+        self.port = self.plan.request.master_port  # the attempt's rendezvous port
         # Runs that heal (attempts.watch_left_out): nodes back that passed the checks, set when
         # there is one (the attempt ends at the next checkpoint), whether the attempt ended so;
         # {node: why} of those that failed them; who joined and left the world this attempt.
@@ -124,13 +124,13 @@ class Run:
 
     def ask(self, nodes, requests: dict, **kwargs) -> dict:
         plan = self.plan
-        return probe_nodes(nodes, plan.head, plan.ssh, plan.python, requests,
+        return probe_nodes(nodes, plan.head, plan.ssh, plan.request.python, requests,
                            control_dir=plan.control_dir, **kwargs)
 
     def read_log(self, host: str, pattern: str):
         """(path, last lines) of a log on the node that wrote it; (None, []) where unreachable."""
         node = next((node for node in self.nodes if node.name == host), None)
-        if node is None or node.name in self.not_alive or (node.name != self.plan.head and not self.plan.check_nodes):
+        if node is None or node.name in self.not_alive or (node.name != self.plan.head and not self.plan.request.check_nodes):
             return None, []
         request = {"tail": {"pattern": pattern, "lines": report.TAIL_LINES}}
         answer = self.ask([node], {host: request}, timeout=PROBE_TIMEOUT, connect_timeout=5)[host]
@@ -168,7 +168,7 @@ class Run:
         `everywhere` is set), look every START_POLL s; past `seconds`, put the nodes where none
         started in `late`, which ends the run (a daemon that cannot call back would keep mpirun
         waiting for ever)."""
-        nodes = self.nodes if self.plan.check_nodes else [n for n in self.nodes if n.name == self.plan.head]
+        nodes = self.nodes if self.plan.request.check_nodes else [n for n in self.nodes if n.name == self.plan.head]
         deadline = time.monotonic() + seconds
         launchers = {os.getpid(), launcher_pid}
         # The first look waits: most runs have started everywhere by then, and a short one has
@@ -177,7 +177,7 @@ class Run:
             return
         while _Stop.signum is None and not over.is_set():
             left = max(1, int(deadline - time.monotonic()))
-            missing = nodes_without_ranks(nodes, self.plan.head, self.plan.ssh, self.plan.python,
+            missing = nodes_without_ranks(nodes, self.plan.head, self.plan.ssh, self.plan.request.python,
                                           self.plan.run_id, launchers, self.plan.control_dir,
                                           timeout=min(PROBE_TIMEOUT, left))
             if not missing:
@@ -191,15 +191,15 @@ class Run:
     def watch(self) -> Liveness:
         """The beats of the attempt's other nodes (liveness.py)."""
         plan = self.plan
-        return Liveness([node for node in self.nodes if node.name != plan.head], plan.ssh, plan.python,
-                        plan.heartbeat_timeout, plan.control_dir)
+        return Liveness([node for node in self.nodes if node.name != plan.head], plan.ssh, plan.request.python,
+                        plan.request.heartbeat_timeout, plan.control_dir)
 
     def attempt(self, attempt: int, begun: float):
         """One attempt of the run: its launcher from start to end, and the clean-up after it.
         (state, message, record changes, cause) where `cause` says why a failure a restart can
         help happened (None for any other end); None where the launcher could not start."""
         plan = self.plan
-        slurm_job = plan.scheduler == "slurm"
+        slurm_job = plan.request.scheduler == "slurm"
         self.not_alive = {}
         try:
             if slurm_job:
@@ -212,16 +212,16 @@ class Run:
                             msg=f"cannot start {plan.argv[0]}: {err}" if not slurm_job else str(err))
             return None
         self.proc, self.grew, self.back, self.grow = proc, False, [], threading.Event()
-        if plan.max_restarts or plan.first_attempt:
+        if plan.request.max_restarts or plan.first_attempt:
             self.attempts.append({"attempt": attempt, "started": now_iso(), "ended": None,
                                   "nodes": [node.name for node in self.nodes],
                                   "world_size": plan.world_size, "cause": None,
                                   "workers": plan.paths.get("workers") or None, "port": self.port,
                                   **({"joined": self.joined} if self.joined else {}),
                                   **({"left": self.left} if self.left else {})})
-        left_out = [node["name"] for node in (plan.launch_plan or {}).get("nodes", [])
+        left_out = [node["name"] for node in plan.request.nodes
                     if node["name"] not in {node.name for node in self.nodes}]
-        if left_out and plan.check_nodes and plan.ssh:  # nodes lost earlier, spares
+        if left_out and plan.request.check_nodes and plan.ssh:  # nodes lost earlier, spares
             threading.Thread(target=attempts.watch_left_out, args=(self, left_out, self.over), daemon=True).start()
         changes = {"attempts": self.attempts or None, "restarts": attempt}
         if slurm_job:
@@ -237,16 +237,16 @@ class Run:
         started, a node dead or lost, a stop. How it ended (timed_out, late, ending: {name:
         Verdict}, stopped, survivors, warnings, rc; waiting: a Slurm job's state and reason before
         it was cancelled)."""
-        plan, run_id, grace = self.plan, self.plan.run_id, self.plan.stop_grace
-        slurm_job, over = plan.scheduler == "slurm", self.over  # made anew for each attempt
+        plan, run_id, grace = self.plan, self.plan.run_id, self.plan.request.stop_grace
+        slurm_job, over = plan.request.scheduler == "slurm", self.over  # made anew for each attempt
         end = SimpleNamespace(timed_out=False, late=[], ending={}, stopped=None, survivors=[], warnings=[],
                               waiting=(None, None), grow=[])
         checkpoint, said_not_taken = None, {}  # a node back: rank 0's stdout, read for the checkpoint
         everywhere = threading.Event()  # a process of the run runs on every node
-        if plan.start_timeout and not slurm_job:
-            threading.Thread(target=self.watch_start, args=(proc.pid, plan.start_timeout, end.late, over, everywhere),
+        if plan.request.start_timeout and not slurm_job:
+            threading.Thread(target=self.watch_start, args=(proc.pid, plan.request.start_timeout, end.late, over, everywhere),
                              daemon=True).start()
-        watching = bool(plan.heartbeat_timeout and plan.check_nodes and plan.ssh and len(self.nodes) > 1)
+        watching = bool(plan.request.heartbeat_timeout and plan.request.check_nodes and plan.ssh and len(self.nodes) > 1)
         liveness, said_everywhere = None, False
         try:
             while True:
@@ -272,7 +272,7 @@ class Run:
                     end.grow, self.grew = list(self.back), True
                     end.survivors = stop_launcher(proc, run_id, grace)
                     break
-                end.timed_out = bool(plan.launch_timeout) and time.monotonic() - begun >= plan.launch_timeout
+                end.timed_out = bool(plan.request.launch_timeout) and time.monotonic() - begun >= plan.request.launch_timeout
                 end.ending = liveness.ending() if liveness else {}
                 end.stopped = _Stop.signum  # a stop heard after the launcher's end changes nothing of it
                 if end.timed_out or end.late or end.ending or end.stopped is not None:
@@ -311,8 +311,8 @@ class Run:
 
     def conclude(self, proc, end: SimpleNamespace, begun: float):
         """The attempt's end, cleaned up and said: (state, message, record changes, cause)."""
-        plan, paths, run_id, grace = self.plan, self.plan.paths, self.plan.run_id, self.plan.stop_grace
-        slurm_job, rc, ending = plan.scheduler == "slurm", end.rc, end.ending
+        plan, paths, run_id, grace = self.plan, self.plan.paths, self.plan.run_id, self.plan.request.stop_grace
+        slurm_job, rc, ending = plan.request.scheduler == "slurm", end.rc, end.ending
         interrupted = end.timed_out or end.late or ending or end.stopped or end.grow
         survivors, warnings = end.survivors, end.warnings
         if not interrupted:
@@ -323,28 +323,28 @@ class Run:
                                 f"launcher on the head and were stopped")
         result = {"rc": rc, "duration": round(time.monotonic() - begun, 3), "timed_out": end.timed_out,
                   "warnings": warnings, "stdout_tail": report.output_tail(paths, plan.worker_files),
-                  "rank0_tail": report.rank0_tail(plan.mode, paths)}
+                  "rank0_tail": report.rank0_tail(plan.request.mode, paths)}
         # After a run that failed or was stopped, nothing of it may stay on any node. Open MPI
         # ends the ranks it started, but torchrun's workers, in process groups of their own, can
         # outlive a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false).
         ended = None
-        if (rc != 0 or interrupted) and plan.check_nodes and len(self.nodes) > 1:
+        if (rc != 0 or interrupted) and plan.request.check_nodes and len(self.nodes) > 1:
             ended = self.end_on_nodes()
             result.update(stopped_on_nodes=ended["stopped"], silent_nodes=[node["name"] for node in ended["silent"]])
         left = report.cleanup_message(ended, name_silent=not end.timed_out) if ended else ""
-        causes = [verdict.cause(name, plan.heartbeat_timeout) for name, verdict in ending.items()]
+        causes = [verdict.cause(name, plan.request.heartbeat_timeout) for name, verdict in ending.items()]
         if end.timed_out:
             # Which nodes still answer tells a node gone silent from a run that hung by itself.
             state = "timed_out"
-            msg = report.timeout_message(run_id, plan.launch_timeout, grace, ended["silent"] if ended else None,
+            msg = report.timeout_message(run_id, plan.request.launch_timeout, grace, ended["silent"] if ended else None,
                                          paths["run"]) + left
             if slurm_job and not proc.started:
                 msg = (f"Slurm job {proc.job_id} of run {run_id} never started within launch_timeout "
-                       f"({plan.launch_timeout} s): it stayed {end.waiting[0]} ({end.waiting[1]}), and was "
+                       f"({plan.request.launch_timeout} s): it stayed {end.waiting[0]} ({end.waiting[1]}), and was "
                        f"cancelled")
         elif end.late:
             state, result["never_started"] = "failed", end.late
-            msg = report.never_started_message(run_id, plan.start_timeout, end.late, paths["run"], left)
+            msg = report.never_started_message(run_id, plan.request.start_timeout, end.late, paths["run"], left)
         elif ending:
             state = "failed"
             result.update(lost_nodes={name: v.since for name, v in ending.items()}, failed_host=next(iter(ending)))
@@ -358,7 +358,7 @@ class Run:
         elif rc != 0:
             state = "failed"
             failure = report.describe_failure(
-                read_end(paths["launcher"]), self.nodes, plan.mode, paths, plan.nproc,
+                read_end(paths["launcher"]), self.nodes, plan.request.mode, paths, plan.nproc,
                 read_log=self.read_log)
             result.update(failure)
             msg = report.failure_message(run_id, rc, failure, paths) + left
@@ -379,7 +379,7 @@ class Run:
                     f"the head; check them (uninterruptible I/O?)")
         if end.grow:
             return state, msg, result, f"{', '.join(end.grow)} back (grown at a checkpoint)"
-        return state, msg, result, attempts.restart_cause(state, result, end.late, survivors, plan.final_exit_codes,
+        return state, msg, result, attempts.restart_cause(state, result, end.late, survivors, plan.request.final_exit_codes,
                                                           causes)
 
     def end_on_nodes(self) -> dict:
@@ -387,7 +387,7 @@ class Run:
         waited on), as end_run_on_nodes says it."""
         plan = self.plan
         ended = end_run_on_nodes([node for node in self.nodes if node.name not in self.not_alive], plan.head,
-                                 plan.ssh, plan.python, plan.run_id, plan.stop_grace)
+                                 plan.ssh, plan.request.python, plan.run_id, plan.request.stop_grace)
         ended["silent"] += [{"name": node.name, "address": node.address, "error": "no answer on the cluster network"}
                             for node in self.nodes if node.name in self.not_alive]
         return ended
@@ -399,13 +399,13 @@ class Run:
         self.over.set()
         said = "no launcher had started"
         if proc is not None:
-            if plan.scheduler == "slurm":
-                proc.cancel(plan.stop_grace)
+            if plan.request.scheduler == "slurm":
+                proc.cancel(plan.request.stop_grace)
             elif proc.poll() is None:
-                stop_launcher(proc, plan.run_id, plan.stop_grace, launcher_grace=LOST_LAUNCHER_GRACE)
-            end_run(plan.run_id, plan.stop_grace, spare_guardian=True)
+                stop_launcher(proc, plan.run_id, plan.request.stop_grace, launcher_grace=LOST_LAUNCHER_GRACE)
+            end_run(plan.run_id, plan.request.stop_grace, spare_guardian=True)
             said = "its launcher and what the run ran on the head were ended"
-            if plan.check_nodes and plan.ssh and len(self.nodes) > 1:
+            if plan.request.check_nodes and plan.ssh and len(self.nodes) > 1:
                 ended = self.end_on_nodes()
                 said += f", and {sum(len(p) for p in ended['stopped'].values())} on the other nodes" + \
                     report.cleanup_message(ended)

@@ -4,12 +4,14 @@
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_checks as lc
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest
 
 
 def test_the_module_refuses_what_slurm_cannot_run():
-    assert lc.module_refusal({"scheduler": "slurm", "mode": "mpich"}).startswith("scheduler=slurm runs Open MPI")
-    assert "tree_spawn" in lc.module_refusal({"scheduler": "slurm", "tree_spawn": True})
-    assert lc.module_refusal({"scheduler": "none", "tree_spawn": True}) is None
+    request = LaunchRequest.of
+    assert lc.module_refusal(request({"scheduler": "slurm", "mode": "mpich"})).startswith("scheduler=slurm runs Open MPI")
+    assert "tree_spawn" in lc.module_refusal(request({"scheduler": "slurm", "tree_spawn": True}))
+    assert lc.module_refusal(request({"scheduler": "none", "tree_spawn": True})) is None
 
 
 @pytest.mark.parametrize("restart, nodes, mode, scheduler, said", [

@@ -1,9 +1,13 @@
-"""The one resolution of a request: variables typed, and the renderer's plan (module_utils/_launch_request.py)."""
+"""The one launch request: variables typed, defaults filled once, what run.json keeps of it
+(module_utils/_launch_request.py); its plan: _head/test_launch_plan.py."""
+
+import dataclasses
+import json
 
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_request as lr
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT, Node
+from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT, Node, plan_for
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
 
 NODES = [{"name": "n0", "address": "10.0.0.1", "slots": 2, "interface": "eth0"},
@@ -20,8 +24,13 @@ def test_variables_are_typed_and_the_role_name_wins_over_the_short_one():
         lr.from_variables({"env_set": "A=1"})
 
 
-def test_resolve_fills_the_table_defaults_and_renders():
-    plan = lr.resolve({"head": "n0", "script": "/s/train.py"}, NODES, run_id="tf-1", run_dir="/r/tf-1")
+def test_the_request_fills_the_table_defaults_once_and_its_plan_renders():
+    request = lr.LaunchRequest.of({"head": "n0", "script": "/s/train.py", "nodes": NODES, "master_port": None,
+                                   "user": "not a module option"})
+    assert (request.master_port, request.max_restarts, request.env_pass) == (DEFAULT_PORT, 0, [])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.max_restarts = 2
+    plan = plan_for(request, NODES, run_id="tf-1", run_dir="/r/tf-1")
     assert (plan.port, plan.mode, plan.silent_node_timeout, plan.tree_spawn) == (DEFAULT_PORT, "torchrun", 120, False)
     assert (plan.hostfile_path, plan.log_dir, plan.node_log_dir) == ("/r/tf-1/hostfile", "/r/tf-1/ranks", "/r/tf-1/workers")
     assert plan.nodes[0] == Node("n0", "10.0.0.1", 2, "eth0")
@@ -29,7 +38,16 @@ def test_resolve_fills_the_table_defaults_and_renders():
 
 
 def test_mpirun_rides_the_heads_ssh_only_where_it_uses_it():
-    assert lr.head_reaches_nodes({"nodes": NODES})
+    assert lr.head_reaches_nodes(lr.LaunchRequest.of({"nodes": NODES}))
     for change in ({"tree_spawn": True}, {"mode": "mpich"}, {"scheduler": "slurm"}, {"check_nodes": False},
                    {"nodes": NODES[:1]}):
-        assert not lr.head_reaches_nodes({"nodes": NODES, **change})
+        assert not lr.head_reaches_nodes(lr.LaunchRequest.of({"nodes": NODES, **change}))
+
+
+def test_run_json_keeps_the_request_without_its_secrets_or_files():
+    request = lr.LaunchRequest.of({"nodes": NODES, "env_secrets": {"WANDB_API_KEY": "s3cret"},
+                                   "file_contents": {"/s/train.py": "cHJpbnQoKQ=="}, "max_restarts": 2})
+    kept = lr.stored(request)
+    assert kept["env_secrets"] == ["WANDB_API_KEY"] and "file_contents" not in kept
+    assert "s3cret" not in json.dumps(kept) and kept["max_restarts"] == 2
+    assert set(kept) == {name for name in request.__dataclass_fields__} - {"file_contents"}

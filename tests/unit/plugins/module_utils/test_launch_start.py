@@ -12,6 +12,7 @@ import pytest
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_start as start
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import RESERVED_ENV, Node, Plan
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest
 
 
 class _Module:
@@ -36,7 +37,8 @@ def test_mpirun_rides_ssh_masters_only_where_it_sshes_to_every_node_itself(check
                                                                            monkeypatch):
     for name in ("OMPI_MCA_plm_rsh_args", "OMPI_MCA_plm_rsh_agent"):
         monkeypatch.delenv(name, raising=False)
-    control_dir = start.ssh_masters(_Module(check_mode, **params))
+    module = _Module(check_mode, **params)
+    control_dir = start.ssh_masters(module, LaunchRequest.of(module.params))
     try:
         assert (control_dir is not None) == shared
         if control_dir:
@@ -50,7 +52,8 @@ def test_mpirun_rides_ssh_masters_only_where_it_sshes_to_every_node_itself(check
 
 def test_an_rsh_option_in_the_environment_keeps_the_masters_off(monkeypatch):
     monkeypatch.setenv("OMPI_MCA_plm_rsh_args", "-p 2222")
-    assert start.ssh_masters(_Module()) is None
+    module = _Module()
+    assert start.ssh_masters(module, LaunchRequest.of(module.params)) is None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,18 +10,17 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head import pr
 from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
     PLAN_FILE,
     RunRecord,
-    SupervisorPlan,
     read_state,
 )
 
 
-def _run(tmp_path, run_id):
+def _run(supervisor_plan, tmp_path, run_id):
     run_dir = tmp_path / run_id
     run_dir.mkdir()
     paths = {"run": str(run_dir), "launcher": str(run_dir / "launcher.log"), "ranks": "", "workers": ""}
-    plan = SupervisorPlan(
+    plan = supervisor_plan(
         run_id=run_id, argv=["true"], cwd=None, command="true", nodes=[{"name": "here", "address": "127.0.0.1", "slots": 1}],
-        head="here", mode="rank", nproc=1, world_size=1, python=sys.executable, ssh=None, check_nodes=False,
+        mode="rank", nproc=1, world_size=1, python=sys.executable, ssh=None, check_nodes=False,
         control_dir=None, launch_timeout=0, stop_grace=1, paths=paths)
     (run_dir / PLAN_FILE).write_text(plan.to_json())
     (run_dir / "supervisor.log").write_text("")
@@ -50,10 +49,10 @@ def _old_owner():
     return owner
 
 
-def test_an_old_supervisors_guardian_leaves_a_run_that_a_restart_has_taken_alone(tmp_path):
+def test_an_old_supervisors_guardian_leaves_a_run_that_a_restart_has_taken_alone(tmp_path, supervisor_plan):
     # The old supervisor ended its run (failed), and a restart by hand began it again (this
     # process stands in for the new supervisor) before the old one's process was gone.
-    run_dir, rank = _run(tmp_path, "tf-unit-taken")
+    run_dir, rank = _run(supervisor_plan, tmp_path, "tf-unit-taken")
     old = _old_owner()
     guardian, pipe = _guardian(tmp_path, run_dir, old)
     try:
@@ -71,8 +70,8 @@ def test_an_old_supervisors_guardian_leaves_a_run_that_a_restart_has_taken_alone
         rank.wait()
 
 
-def test_a_guardian_ends_its_own_supervisors_run_and_records_it_lost(tmp_path):
-    run_dir, rank = _run(tmp_path, "tf-unit-own")
+def test_a_guardian_ends_its_own_supervisors_run_and_records_it_lost(tmp_path, supervisor_plan):
+    run_dir, rank = _run(supervisor_plan, tmp_path, "tf-unit-own")
     old = _old_owner()
     transitions.write_state(str(run_dir), RunRecord(run_id="tf-unit-own", state="running", **old.fields()).to_dict())
     guardian, pipe = _guardian(tmp_path, run_dir, old)

@@ -27,7 +27,7 @@ def test_the_renderers_files_are_pure_standard_library(module):
         elif isinstance(item, ast.ImportFrom):
             imported.add("." * item.level + (item.module or ""))
     assert imported <= {"__future__", "collections.abc", "dataclasses", "ipaddress", "re", "shlex",
-                        "socket", "types", ".launch_plan", ".plan_checks"}
+                        "socket", "types", "datetime", "secrets", ".launch_plan", ".plan_checks"}
     names = {item.id for item in ast.walk(tree) if isinstance(item, ast.Name)}
     assert not names & {"open", "os", "subprocess", "print", "input", "eval", "exec"}
 
@@ -54,3 +54,17 @@ def test_a_plan_survives_its_json_form_for_a_restart():
                    env_set={"A": "1"}, env_pass=("PATH",), mpirun_extra_args=("--mca", "x", "y"))
     again = lp.plan_from_dict(json.loads(json.dumps(lp.plan_to_dict(plan))))
     assert again == plan and render(again).argv == render(plan).argv
+
+
+def test_an_attempt_renders_the_runs_own_request_as_the_launch_resolved_it(supervisor_plan):
+    # What the supervisor renders for a restart: the request on every node of it, the environment
+    # the launch resolved, and the ssh masters the launch opened.
+    nodes = [{"name": "n0", "address": "10.0.0.1", "slots": 2, "interface": "eth0"},
+             {"name": "n1", "address": "10.0.0.2", "slots": 2, "interface": "eth0"}]
+    run = supervisor_plan(nodes=nodes, script_args=["--epochs", "3"], env_pass=["PATH", "NCCL_DEBUG"],
+                          env_set={"A": "1"}, env_secrets={"WANDB_API_KEY": "s3cret"}, control_dir="/tmp/tf-ssh-x")
+    plan = lp.plan_of_run(run)
+    assert plan.nodes == tuple(Node(**node) for node in nodes) and plan.script_args == ("--epochs", "3")
+    assert (plan.env_pass, plan.env_secrets, dict(plan.env_set)) == (("PATH", "NCCL_DEBUG"), ("WANDB_API_KEY",), {"A": "1"})
+    assert plan.ssh_control_path == "/tmp/tf-ssh-x/%C" and not plan.tee_workers
+    assert render(plan).argv[:3] == ["mpirun", "-np", "2"]

@@ -1,6 +1,7 @@
 """record.py: a run's record (state.json) written whole and read as every reader sees it, the
 keys of the record, and the account's index of runs (real files and processes of this machine)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -115,3 +116,22 @@ def test_the_index_read_is_that_of_the_account_whose_runs_they_are(tmp_path):
     assert rr.owner_of("~/torchfleet/runs") == ""
     # A path: the owner of its nearest directory that exists (root reading another account's runs).
     assert rr.owner_of(str(tmp_path / "runs" / "tf-1")) == me
+
+
+def test_run_json_holds_the_request_whole_and_reads_back_with_its_options_as_attributes(tmp_path, supervisor_plan):
+    plan = supervisor_plan(max_restarts=2, env_secrets={"WANDB_API_KEY": "s3cret"}, fewest_nodes=1)
+    (tmp_path / rr.PLAN_FILE).write_text(plan.to_json())
+    assert "s3cret" not in (tmp_path / rr.PLAN_FILE).read_text()
+    again = rr.SupervisorPlan.read(str(tmp_path))
+    assert (again.request.max_restarts, again.request.env_secrets, again.fewest_nodes) == (2, ["WANDB_API_KEY"], 1)
+    assert again.head == plan.head == "n0" and again.to_json() == plan.to_json()
+    # The follower reads run.json as plain JSON: the request's options under `request`, or at the
+    # top in a run.json an older torchfleet wrote.
+    assert rr.request_value(json.loads(plan.to_json()), "head") == "n0"
+    assert rr.request_value({"head": "n1", "scheduler": "slurm"}, "scheduler") == "slurm"
+
+
+def test_a_run_json_without_a_request_is_named_as_an_older_torchfleets(tmp_path):
+    (tmp_path / rr.PLAN_FILE).write_text(json.dumps({"run_id": "r1", "head": "n0", "mode": "torchrun"}))
+    with pytest.raises(rr.OlderPlan, match="keeps no launch request: an older torchfleet wrote it"):
+        rr.SupervisorPlan.read(str(tmp_path))
