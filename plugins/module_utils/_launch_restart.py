@@ -70,7 +70,7 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
                              f"most {nodes}, or 0 for the run's own ({plan.fewest_nodes})")
     # The ssh masters of the run's launch are long closed: every ssh connects by itself.
     request = SimpleNamespace(**{**vars(plan.request), "max_restarts": p["max_restarts"] or plan.request.max_restarts})
-    return dataclasses.replace(plan, request=request, first_attempt=len(attempts), fewest_nodes=min_nodes,
+    return dataclasses.replace(plan, request=request, attempts_before=len(attempts), fewest_nodes=min_nodes,
                                node_dirs=True, control_dir=None)
 
 
@@ -124,7 +124,7 @@ def run_restarted(module) -> None:
                              f"variables set on the controller)", **result)
     env = launcher_env(os.environ, set(rendered.inherit), rendered.env,
                        {name: str(p["env_secrets"][name]) for name in rendered.secrets})
-    result.update(launcher_log=plan.paths["launcher"], attempt=plan.first_attempt)
+    result.update(launcher_log=plan.paths["launcher"], attempt=plan.attempts_before)
     others = other_runs(module, plan)
     if others:
         module.fail_json(msg=f"refusing to restart run {run_id}: another torchfleet run is alive {runs_listed(others)}. "

@@ -39,7 +39,7 @@ def supervise(run) -> RunRecord:
     """The run, attempt after attempt (max_restarts), to its last record."""
     plan = run.plan
     reserve_space(run.run_dir)
-    first = plan.first_attempt
+    first = plan.attempts_before
     run.keeper.begin("restarting" if first else "starting", attempts=run.attempts or None,
                      restarts=len(run.attempts))
     attempt, begun, grows = first, time.monotonic(), 0

@@ -169,9 +169,9 @@ class SupervisorPlan:
     # Slurm: batch_script's options for the job (slots, gpus_per_node, walltime, queue, account,
     # whole_nodes, extra_args), with which a restart writes its new job's script.
     batch: dict | None = None
-    # A run restarted by hand (torchrun_launch state=restarted): the number of its first attempt
-    # here, after those its record lists; 0 for a new run.
-    first_attempt: int = 0
+    # A run restarted by hand (torchrun_launch state=restarted): the attempts its record lists
+    # from before (this supervisor's first attempt is numbered that); 0 for a new run.
+    attempts_before: int = 0
     package: str | None = None  # the head package installed for this run's version (its line server)
     node_dirs: bool = False  # each node's torchrun logs under paths.workers/node<rank> (node_workers)
     # Runs that heal (attempts.py): the nodes an attempt uses at most (0: every node of the

@@ -97,7 +97,7 @@ class Run:
         self.nodes = [SimpleNamespace(**node) for node in self.plan.nodes]
         record = new_record(self.plan)
         self.attempts: list = []  # with restarts: each attempt, as the record lists it
-        if self.plan.first_attempt:
+        if self.plan.attempts_before:
             with open(os.path.join(run_dir, STATE_FILE), encoding="utf-8") as handle:
                 self.attempts = attempts.earlier_attempts(json.load(handle), self.plan)
             record = record.updated(started=self.attempts[0]["started"])
@@ -122,7 +122,8 @@ class Run:
     def stop_requested() -> int | None:
         return _Stop.signum
 
-    def ask(self, nodes, requests: dict, **kwargs) -> dict:
+    def probe_answers(self, nodes, requests: dict, **kwargs) -> dict:
+        """Each node's answer to its probe request ({name: request}), over the run's ssh."""
         plan = self.plan
         return probe_nodes(nodes, plan.head, plan.ssh, plan.request.python, requests,
                            control_dir=plan.control_dir, **kwargs)
@@ -133,7 +134,7 @@ class Run:
         if node is None or node.name in self.not_alive or (node.name != self.plan.head and not self.plan.request.check_nodes):
             return None, []
         request = {"tail": {"pattern": pattern, "lines": report.TAIL_LINES}}
-        answer = self.ask([node], {host: request}, timeout=PROBE_TIMEOUT, connect_timeout=5)[host]
+        answer = self.probe_answers([node], {host: request}, timeout=PROBE_TIMEOUT, connect_timeout=5)[host]
         found = answer.get("tail") or {}
         return found.get("path"), found.get("lines", [])
 
@@ -212,7 +213,7 @@ class Run:
                             msg=f"cannot start {plan.argv[0]}: {err}" if not slurm_job else str(err))
             return None
         self.proc, self.grew, self.back, self.grow = proc, False, [], threading.Event()
-        if plan.request.max_restarts or plan.first_attempt:
+        if plan.request.max_restarts or plan.attempts_before:
             self.attempts.append({"attempt": attempt, "started": now_iso(), "ended": None,
                                   "nodes": [node.name for node in self.nodes],
                                   "world_size": plan.world_size, "cause": None,
@@ -421,7 +422,7 @@ def start(python: str, package_dir: str, run_dir: str, env: dict) -> subprocess.
     no signal meant for its starter reaches it, its output in the run's supervisor.log."""
     parent, name = os.path.split(os.path.normpath(package_dir))
     # A new run's log is new; a run restarted by hand adds to its own.
-    flags = os.O_APPEND if SupervisorPlan.read(run_dir).first_attempt else os.O_CREAT | os.O_EXCL
+    flags = os.O_APPEND if SupervisorPlan.read(run_dir).attempts_before else os.O_CREAT | os.O_EXCL
     log = os.open(os.path.join(run_dir, "supervisor.log"), os.O_WRONLY | flags, 0o640)
     try:
         return subprocess.Popen([python, "-S", "-m", f"{name}.supervisor", run_dir], env=env,
