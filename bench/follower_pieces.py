@@ -30,9 +30,9 @@ from pathlib import Path
 from benchlib import REPO, commit  # bench/ is the script's directory, first on sys.path
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import fanout, follower  # noqa: E402
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import fanout, follower  # noqa: E402
 
-RECORD = "plugins/module_utils/_head/record.py"  # the earlier version's follower
+RECORD = "plugins/module_utils/_on_node/record.py"  # the earlier version's follower
 
 
 def _run_dir(root: Path) -> tuple[Path, Path]:

@@ -54,7 +54,7 @@ SCRIPT = "/home/torchfleet/torchfleet/scripts/train.py"  # where torchfleet laun
 # Long enough to outlive any recovery; each run is stopped once its figures are taken.
 TRAIN = ["--use-syn", "--no-wandb", "--epochs", "200", "--sleep", "0.1"]
 LIMIT = 240  # seconds: a bound on every wait, never expected to be reached
-LEFT = r"_head\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
+LEFT = r"_on_node\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
 BLIP = 15  # seconds the blip pauses node2: half of heartbeat_timeout's default (30 s)
 
 

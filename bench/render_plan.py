@@ -17,8 +17,8 @@ from pathlib import Path
 from benchlib import REPO, commit  # bench/ is the script's directory, first on sys.path
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node, Plan  # noqa: E402
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render  # noqa: E402
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan  # noqa: E402
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render  # noqa: E402
 
 
 def plan(nodes):

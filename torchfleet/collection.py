@@ -38,7 +38,7 @@ def collection_root() -> Path:
 
 
 def module_util(name: str):
-    """One of the collection's pure module_utils (`_head.renderer`, `_hostfile`), imported by name."""
+    """One of the collection's pure module_utils (`_on_node.renderer`, `_hostfile`), imported by name."""
     _make_importable()
     return importlib.import_module(f"{MODULE_UTILS}.{name}")
 

@@ -100,7 +100,7 @@ def remote_command(head: Head, hostvars: dict, args: list[str]) -> str:
     """`python3 -S -c <the follower> ARGS` on the head, as the training account unless the
     connection's account is it or root (which reads the runs as they are): through sudo, which
     reads its password from the stream's stdin when one was given (-K, ansible_become_password)."""
-    program = module_util("_head.fanout").program(module_util("_head.follower").PROGRAM, "follower")
+    program = module_util("_on_node.fanout").program(module_util("_on_node.follower").PROGRAM, "follower")
     argv = ["python3", "-S", "-c", program, *args]
     login = head.login or str(hostvars.get("ansible_user") or "")
     if login not in (head.user, "root"):
@@ -167,7 +167,7 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
 
 def deliver(raw: str, on_line=None, on_piece=None) -> dict | None:
     """Hand one line of the head's follower on (see follow); the run's record once it says it."""
-    follower = module_util("_head.follower")  # the follower on the head: its lines' prefixes
+    follower = module_util("_on_node.follower")  # the follower on the head: its lines' prefixes
     if raw.startswith(follower.LINE):
         if on_line:
             on_line(raw[2:])

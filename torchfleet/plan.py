@@ -1,6 +1,6 @@
 """`torchfleet render`: the launch plan from the inventory and cached facts, without a connection.
 
-The argv, hostfile and environment come from the collection's one renderer (`_head/renderer.py`), fed
+The argv, hostfile and environment come from the collection's one renderer (`_on_node/renderer.py`), fed
 as the launch role feeds it; batch scripts (PBS, Slurm) run the same command shape inside an
 allocation, taking the nodes from the scheduler at run time.
 """
@@ -34,8 +34,8 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
           batch_format: str = "slurm"):
     """(Plan, source) through the launch's own request and plan_for(); `source` is "facts" or "inventory".
 
-    With batch_nodes the nodes are placeholders filled in at run time (see _head/batch_script.py)."""
-    lp, lr = module_util("_head.launch_plan"), module_util("_launch_request")
+    With batch_nodes the nodes are placeholders filled in at run time (see _on_node/batch_script.py)."""
+    lp, lr = module_util("_on_node.launch_plan"), module_util("_launch_request")
     first = hostvars.get(hosts[0], {}) if hosts else {}
     head = head_name(hosts, hostvars, extra)
     # As launch.yml takes them: -e over the inventory's variables (a hostfile's slots among them).
@@ -108,7 +108,7 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
         import dataclasses
         # Inside an allocation: output in the job's own file, the script where the job starts,
         # the environment's tools from the facts where setup cached them (else from PATH).
-        plan = module_util("_head.batch_script").for_allocation(
+        plan = module_util("_on_node.batch_script").for_allocation(
             dataclasses.replace(plan, script=script, log_dir=None, node_log_dir=None,
                                 allow_run_as_root=False),
             batch_format, batch_nodes, slots)
@@ -117,8 +117,8 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
 
 def render(plan):
     try:
-        return module_util("_head.renderer").render(plan)
-    except module_util("_head.launch_plan").PlanError as error:
+        return module_util("_on_node.renderer").render(plan)
+    except module_util("_on_node.launch_plan").PlanError as error:
         raise RenderError(str(error)) from None
 
 

@@ -15,11 +15,11 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.slurm import (
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.slurm import (
     SlurmError, check_name, check_time_limit)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (
     LIST_OPTIONS, OPTIONS, RESTART_OPTIONS)
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT
 
 EXAMPLE_LISTS = {
     "script_args": ["--epochs", "3"],

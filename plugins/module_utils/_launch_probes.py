@@ -9,10 +9,10 @@ import errno
 import os
 import socket
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import nodes_without_ranks, probe_nodes
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.node_checks import interface_change
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import port_holders, port_in_use
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs, runs_listed
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.fanout import nodes_without_ranks, probe_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.node_checks import interface_change
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import port_holders, port_in_use
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, group_runs, runs_listed
 
 
 def holds_address(address: str) -> bool:

@@ -4,7 +4,7 @@
 """The launch request: one typed ``LaunchRequest`` (a field per module option of the table,
 _launch_options.py, at its default where not given), made once from the module's parameters
 (``LaunchRequest.of``) or from playbook variables (``from_variables``, then ``of``), and resolved
-with setup's facts into the renderer's ``Plan`` (``_head/launch_plan.plan_for``). The run's
+with setup's facts into the renderer's ``Plan`` (``_on_node/launch_plan.plan_for``). The run's
 supervisor gets the same request, in run.json (``stored``). The checks: _launch_checks.py.
 
 Standard library only: the CLI imports this file outside Ansible.
@@ -18,7 +18,7 @@ import functools
 from collections.abc import Mapping
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS, Option
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import node_slots
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import node_slots
 
 
 class _Request:

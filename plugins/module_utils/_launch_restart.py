@@ -13,8 +13,8 @@ import os
 from types import SimpleNamespace
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import probe_nodes
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.fanout import probe_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import (
     ACTIVE,
     PLAN_FILE,
     OlderPlan,
@@ -24,10 +24,10 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record im
     run_dir_of,
     runs_index,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, group_runs, runs_listed
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import write_file
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node, plan_of_run
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, group_runs, runs_listed
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import write_file
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, plan_of_run
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import (
     follow_run,
     install_head_package,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import batch_script
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import PlanError
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import batch_script
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import slurm
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import PlanError
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 
 
 def slurm_job(module, plan, run_dir, paths):

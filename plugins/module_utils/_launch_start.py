@@ -17,20 +17,20 @@ import tempfile
 import time
 from types import SimpleNamespace
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_lock
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import supervisor
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock, _on_node
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import supervisor
 # Not used here: imported so that the module's zip, which carries what the module imports, holds
 # the follower and its line server for the head package it installs (head_package_files).
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import follower  # noqa: F401 pylint: disable=unused-import
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.attempts import attempt_nodes, spares
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.fanout import close_ssh_masters, withdraw_from_board
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import (
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import follower  # noqa: F401 pylint: disable=unused-import
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.attempts import attempt_nodes, spares
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.fanout import close_ssh_masters, withdraw_from_board
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import (
     SUPERVISOR_VAR,
     files_to_place,
     write_file,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.report import STOP_HINT, now_iso
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import (
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, now_iso
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import (
     ACTIVE,
     PLAN_FILE,
     RESULT,
@@ -42,13 +42,13 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record im
     read_state,
     runs_index,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import (
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import (
     RESERVED_ENV,
     PlanError,
     new_run_id,
     plan_for,
 )
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes import (
     preflight_nodes,
     ranks_started,
@@ -126,7 +126,7 @@ def build(module, request, run_id, run_dir, control_dir=None):
 
 def ssh_masters(module, request):
     """A directory for the OpenSSH masters the probe leaves open to each node, which mpirun's ssh
-    then rides instead of a handshake of its own per node (plm_rsh_args, see _head/renderer.py); None
+    then rides instead of a handshake of its own per node (plm_rsh_args, see _on_node/renderer.py); None
     where mpirun does not ssh from the head to every node itself (mpich mode, tree spawn, Slurm,
     the head alone), in check mode, or when the user set Open MPI's rsh options, which ours would
     override. Short, in /tmp: a socket path has at most 107 bytes."""
@@ -185,17 +185,17 @@ def head_package_files() -> dict:
     """{file name: bytes} of the head package as it is installed: its own files, the renderer and
     the batch script's writer among them (a restart renders the launch, or writes the Slurm job,
     again)."""
-    return {name + ".py": _head.source(name).encode() for name in _head.FILES}
+    return {name + ".py": _on_node.source(name).encode() for name in _on_node.FILES}
 
 
 def install_head_package(home: str | None = None) -> str:
     """The head package of this version, installed once for the training account under
-    ~/.local/share/torchfleet/head/DIGEST/_head (written whole elsewhere, then renamed into
+    ~/.local/share/torchfleet/head/DIGEST/_on_node (written whole elsewhere, then renamed into
     place, so a start beside this one never sees half of it); its path."""
     files = head_package_files()
     digest = hashlib.sha256(b"".join(name.encode() + b"\0" + files[name] for name in sorted(files))).hexdigest()[:16]
     root = os.path.join(home or os.path.expanduser("~"), ".local", "share", "torchfleet", "head")
-    name = _head.__name__.rpartition(".")[2]
+    name = _on_node.__name__.rpartition(".")[2]
     package = os.path.join(root, digest, name)
     if os.path.isdir(package):
         return package

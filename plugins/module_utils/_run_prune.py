@@ -8,8 +8,8 @@ import os
 import shutil
 import time
 
-from ._head.probe import find_run_processes
-from ._head.record import ENDED, read_state, unindex_run
+from ._on_node.probe import find_run_processes
+from ._on_node.record import ENDED, read_state, unindex_run
 
 
 def prunable(records, keep: int | None = None, older_than_days: float | None = None,

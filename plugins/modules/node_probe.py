@@ -81,7 +81,7 @@ port:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import probe
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import probe
 
 
 def main():

@@ -72,7 +72,7 @@ kept:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import runs_index
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import runs_index
 from ansible_collections.torchfleet.cluster.plugins.module_utils._run_prune import bad_run_id, prune_here
 
 

@@ -188,9 +188,9 @@ runs:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.board import others_alive
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.record import list_runs, runs_index
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import slurm
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.board import others_alive
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import list_runs, runs_index
 
 
 def main():

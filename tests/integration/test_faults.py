@@ -40,7 +40,7 @@ LONG_RUN = ["-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e",
             json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--sleep", "0.2", "--no-wandb",
                                         "--out-dir", "/tmp"]})]
 # What of a run can live on a node: the launcher, Open MPI's daemon, torchrun, the workers.
-RUN_PROCESSES = r"_head\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
+RUN_PROCESSES = r"_on_node\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
 # A worker, not its torchrun: torchrun starts each one as `python -u SCRIPT ...`.
 WORKER = r"bin/python -u .*train\.py"
 # In setup.yml's output: the first role that changes the nodes, after facts and checks.

@@ -20,7 +20,7 @@ from torchfleet import devcluster
 pytestmark = pytest.mark.cluster
 RUNS = "/home/torchfleet/torchfleet/runs"
 HYDRA = ["-e", "launch_mode=mpich", "-e", "nproc_per_node=2"]
-LEFT = re.compile(r"train|torchrun|hydra_pmi_proxy|mpiexec|_head\.(supervisor|guardian)")
+LEFT = re.compile(r"train|torchrun|hydra_pmi_proxy|mpiexec|_on_node\.(supervisor|guardian)")
 
 
 def node_sh(node, script, user=None):

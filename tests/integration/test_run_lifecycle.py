@@ -22,7 +22,7 @@ pytestmark = pytest.mark.cluster
 HEAD = NODES[0]
 RUNS = "/home/torchfleet/torchfleet/runs"
 # What of a run can live on a node: its supervisor, the launcher, Open MPI's daemon, torchrun, workers.
-RUN_PROCESSES = r"_head\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
+RUN_PROCESSES = r"_on_node\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
 # Training that takes a while but ends by itself: 1 worker per node, 0.1 s asleep after each step.
 SHORT = ["--use-syn", "--no-wandb", "--epochs", "4", "--sleep", "0.1", "--out-dir", "/tmp"]
 ENDLESS = ["--use-syn", "--no-wandb", "--epochs", "1000", "--sleep", "0.2", "--out-dir", "/tmp"]
@@ -212,7 +212,7 @@ def test_a_supervisor_killed_mid_run_takes_its_run_down_everywhere_recorded_lost
     assert detached.returncode == 0, detached.stderr[-3000:]
     run_id = detached.stdout.split()[1]
     killed = run(["docker", "exec", HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f",
-                  f"_head.supervisor {RUNS}/{run_id}"], timeout=60)
+                  f"_on_node.supervisor {RUNS}/{run_id}"], timeout=60)
     assert killed.returncode == 0, killed.stderr
     at = time.monotonic()
     assert runs_json(cluster)[run_id]["state"] == "lost"

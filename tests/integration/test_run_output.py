@@ -98,7 +98,7 @@ def _peak_memory_of_the_follower(run_id):
     it printed."""
     plan = json.loads(run(["docker", "exec", HEAD, "cat", f"{RUNS}/{run_id}/run.json"], timeout=60).stdout)
     measure = ("import os, resource, subprocess, sys; "
-               "out = subprocess.run(['python3', '-S', '-m', '_head.follower', 'print', sys.argv[2]], "
+               "out = subprocess.run(['python3', '-S', '-m', '_on_node.follower', 'print', sys.argv[2]], "
                "cwd=os.path.dirname(sys.argv[1]), stdout=subprocess.PIPE, check=True).stdout; "
                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, len(out))")
     found = run(["docker", "exec", "-u", "torchfleet", HEAD, "python3", "-c", measure, plan["package"],

@@ -209,7 +209,7 @@ def test_stop_cancels_a_pending_job_whose_supervisor_is_gone(cluster):
             # The guardian first: killed after the supervisor, it could see it die and cancel the job
             # itself before its own end (seen once under a loaded CI).
             for program in ("guardian", "supervisor"):
-                killed = on(HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f", f"_head\\.{program} .*{run_id}")
+                killed = on(HEAD, "pkill", "-KILL", "-u", "torchfleet", "-f", f"_on_node\\.{program} .*{run_id}")
                 assert killed.returncode == 0, (program, killed.stderr)
         finally:
             launch.kill()

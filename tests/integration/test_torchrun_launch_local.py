@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.probe import find_run_processes, stop_processes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import find_run_processes, stop_processes
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "torchfleet.cluster.torchrun_launch"

@@ -91,7 +91,7 @@ def follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True,
     if args.json:
         from torchfleet.collection import module_util
 
-        run_record = module_util("_head.record")
+        run_record = module_util("_on_node.record")
         keys = run_record.RunRecord.keys(run_record.REPORTED)
         print(json.dumps({"run_id": record.get("run_id"), "rc": follow.exit_code(record),
                           "report": (list(shown) or record.get("rank0_tail") or []) + out,

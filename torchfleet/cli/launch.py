@@ -25,7 +25,7 @@ def new_run_id() -> str:
     starts."""
     from torchfleet.collection import module_util
 
-    return module_util("_head.launch_plan").new_run_id()
+    return module_util("_on_node.launch_plan").new_run_id()
 
 
 def launch_command(args: argparse.Namespace) -> int:

@@ -39,7 +39,7 @@ def render_command(args: argparse.Namespace) -> int:
     if batch:
         whole = tfplan.as_bool(extra.get("batch_whole_nodes", True))
         try:
-            script = module_util("_head.batch_script").batch_script(
+            script = module_util("_on_node.batch_script").batch_script(
                 args.format, plan, rendered, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                 walltime=args.walltime, queue=args.queue, account=args.account, whole_nodes=whole,
                 extra_args=extra.get(f"{args.format}_extra_args") or [])

@@ -28,7 +28,7 @@ def read_runs(args: argparse.Namespace, run_id: str | None = None):
 def listed_fields(run: dict) -> dict:
     from torchfleet.collection import module_util
 
-    run_record = module_util("_head.record")
+    run_record = module_util("_on_node.record")
     return {key: run.get(key) for key in run_record.RunRecord.keys(run_record.LISTED)}
 
 

@@ -22,6 +22,6 @@ class UsageError(Exception):
 
 
 def check_run_id(run_id: str) -> None:
-    """The launch's own rule for run ids (_head/launch_plan.py's RUN_ID), checked before Ansible starts."""
-    if not module_util("_head.launch_plan").RUN_ID.fullmatch(run_id):
+    """The launch's own rule for run ids (_on_node/launch_plan.py's RUN_ID), checked before Ansible starts."""
+    if not module_util("_on_node.launch_plan").RUN_ID.fullmatch(run_id):
         raise UsageError(f"run id {run_id!r} is not valid (letters, digits, '_', '.', '-')")

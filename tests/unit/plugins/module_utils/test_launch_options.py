@@ -1,7 +1,7 @@
 """The launch option table and what follows from it (module_utils/_launch_options.py)."""
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_options as lr
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT
 
 
 def test_every_option_is_named_once_and_typed():

@@ -1,5 +1,5 @@
 """The one launch request: variables typed, defaults filled once, what run.json keeps of it
-(module_utils/_launch_request.py); its plan: _head/test_launch_plan.py."""
+(module_utils/_launch_request.py); its plan: _on_node/test_launch_plan.py."""
 
 import dataclasses
 import json
@@ -7,8 +7,8 @@ import json
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_request as lr
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import DEFAULT_PORT, Node, plan_for
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT, Node, plan_for
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 
 NODES = [{"name": "n0", "address": "10.0.0.1", "slots": 2, "interface": "eth0"},
          {"name": "n1", "address": "10.0.0.2", "slots": 2, "interface": "eth0"}]

@@ -7,8 +7,8 @@ from types import MappingProxyType
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_slurm
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import slurm
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import Node, Plan
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import slurm
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan
 
 
 class Refused(Exception):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _head, _launch_start as start
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.launch_plan import RESERVED_ENV, Node, Plan
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_start as start, _on_node
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import RESERVED_ENV, Node, Plan
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest
 
 
@@ -103,8 +103,8 @@ def test_launcher_env_keeps_little_of_the_module_environment():
 
 
 def test_the_head_package_lists_each_of_its_files():
-    here = Path(_head.__file__).parent
-    assert sorted(_head.FILES) == sorted(path.stem for path in here.glob("*.py"))
+    here = Path(_on_node.__file__).parent
+    assert sorted(_on_node.FILES) == sorted(path.stem for path in here.glob("*.py"))
 
 
 def _imported(path: Path, package: str):
@@ -122,7 +122,7 @@ def _imported(path: Path, package: str):
 def test_the_launch_modules_zip_carries_every_file_of_the_head_package():
     # AnsiballZ puts in the module's zip the module_utils its imports reach; head_package_files reads
     # the head package's files from there: a file nothing imports would be missing on the head.
-    plugins = Path(_head.__file__).parents[2]
+    plugins = Path(_on_node.__file__).parents[2]
     prefix = "ansible_collections.torchfleet.cluster.plugins"
     seen, waiting = set(), [(plugins / "modules" / "torchrun_launch.py", f"{prefix}.modules")]
     while waiting:
@@ -135,5 +135,5 @@ def test_the_launch_modules_zip_carries_every_file_of_the_head_package():
                 if found.is_file():
                     seen.add(name)
                     waiting.append((found, its_package))
-    carried = {name.rpartition(".")[2] for name in seen if name.startswith(f"{prefix}.module_utils._head.")}
-    assert set(_head.FILES) - {"__init__"} <= carried, set(_head.FILES) - {"__init__"} - carried
+    carried = {name.rpartition(".")[2] for name in seen if name.startswith(f"{prefix}.module_utils._on_node.")}
+    assert set(_on_node.FILES) - {"__init__"} <= carried, set(_on_node.FILES) - {"__init__"} - carried

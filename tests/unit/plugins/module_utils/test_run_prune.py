@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _run_prune as prune
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import record as rr
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import record as rr
 
 DAY = 86400
 NOW = 1_800_000_000.0

@@ -1,13 +1,13 @@
 """The controller's checks of a Slurm launch (filter launch_problems), and the allocation's plan
-(_head/batch_script.py's for_allocation): pure logic. Slurm as the launch reads it on the head
-(_head/slurm.py) is in _head/test_slurm.py; Slurm itself is driven in tests/integration/test_slurm.py,
+(_on_node/batch_script.py's for_allocation): pure logic. Slurm as the launch reads it on the head
+(_on_node/slurm.py) is in _on_node/test_slurm.py; Slurm itself is driven in tests/integration/test_slurm.py,
 on a real slurmctld."""
 
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.filter.launch_problems import launch_problems
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import batch_script as _batch_script, launch_plan as lp
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head.renderer import render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import batch_script as _batch_script, launch_plan as lp
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 
 
 def test_the_allocation_plan_has_placeholders_and_no_ssh():

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._head import probe as _node_probe
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import probe as _node_probe
 from ansible_collections.torchfleet.cluster.plugins.modules import python_env_sync as sync
 from ansible_collections.torchfleet.cluster.plugins.modules import wheelhouse
 

@@ -12,8 +12,8 @@ import pytest
 from cli_helpers import NASTY, run_cli, write_facts, write_inventory
 from torchfleet.collection import module_util
 
-lp = module_util("_head.launch_plan")
-render = module_util("_head.renderer").render
+lp = module_util("_on_node.launch_plan")
+render = module_util("_on_node.renderer").render
 
 
 def test_render_json_from_the_fact_cache(project, capsys):

@@ -1,0 +1,187 @@
+# -*- coding: utf-8 -*-
+# Copyright: torchfleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The one renderer: a launch plan into the launcher's argv, hostfile and environment
+(``render``). The torchrun_launch module and ``torchfleet render`` both call it, so what a dry run
+shows is what runs; a run's supervisor calls it again for each restart."""
+
+from __future__ import annotations
+
+import ipaddress
+import shlex
+from dataclasses import dataclass
+
+from .launch_plan import INHERITED, KEEPALIVE_MCA, KEEPALIVE_PROBES, REDACTED, SHELL, SHELL_NAME, Node, Plan
+from .plan_checks import validate
+
+
+@dataclass(frozen=True)
+class Rendered:
+    argv: list[str]
+    hostfile: str
+    env: dict[str, str]
+    inherit: tuple[str, ...]
+    secrets: tuple[str, ...]
+    nodes: tuple[str, ...]
+    per_node_env: dict[str, dict[str, str]]
+    world_size: int
+
+    @property
+    def command(self) -> str:
+        return shlex.join(self.argv)
+
+    @property
+    def display_env(self) -> dict[str, str]:
+        shown = dict(self.env)
+        shown.update(dict.fromkeys(self.inherit, INHERITED))
+        shown.update(dict.fromkeys(self.secrets, REDACTED))
+        return shown
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def keepalive_mca(silent_node_timeout: int) -> list[str]:
+    """Open MPI's TCP keepalive on its daemon connections, so that a peer gone silent for about
+    `silent_node_timeout` seconds is given up: idle time, then KEEPALIVE_PROBES unanswered probes.
+    Nothing for 0."""
+    if not silent_node_timeout:
+        return []
+    interval = max(1, silent_node_timeout // (2 * KEEPALIVE_PROBES))
+    idle = max(1, silent_node_timeout - KEEPALIVE_PROBES * interval)
+    values = (idle, interval, KEEPALIVE_PROBES)
+    return [item for name, value in zip(KEEPALIVE_MCA, values) for item in ("--mca", name, str(value))]
+
+
+def _launch_order(plan: Plan) -> list[Node]:
+    # The launcher numbers nodes in hostfile order: the head first makes it node rank 0.
+    head = next(node for node in plan.nodes if node.name == plan.head)
+    return [head] + [node for node in plan.nodes if node is not head]
+
+
+def _endpoint(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def _torchrun_words(plan: Plan, nnodes: int, nproc: int, head: Node, node_rank: str) -> list[str]:
+    q = shlex.quote
+    words = ["exec", q(plan.torchrun)]
+    if nnodes == 1:
+        words += ["--standalone", "--nnodes=1"]
+    else:
+        words += [f"--nnodes={nnodes}", f'--node-rank="{node_rank}"']
+    words.append(f"--nproc-per-node={nproc}")
+    if nnodes > 1:
+        # static, not c10d: c10d ignores --node-rank and orders nodes by FQDN, so the head
+        # might not be node 0 and a global rank would not tell its node. MPI has fixed the node
+        # ranks already; static keeps them, with the store on the head (node 0) at this endpoint.
+        words += ["--rdzv-backend=static", q(f"--rdzv-endpoint={_endpoint(head.address, plan.port)}"),
+                  q(f"--rdzv-id={plan.run_id}")]
+    if plan.node_log_dir:
+        # A directory per node (record.node_workers): a log_dir on storage every node shares
+        # never mixes two nodes' files.
+        words += [f'--log-dir={q(plan.node_log_dir)}/node"{node_rank if nnodes > 1 else 0}"', "--redirects=3"]
+        if plan.tee_workers:
+            words.append("--tee=3")
+    return words + [q(plan.script), '"$@"']
+
+
+# Gloo opens every interface listed in GLOO_SOCKET_IFNAME and fails on a node that lacks one,
+# so with mixed names each node keeps the first listed interface it actually has.
+# (NCCL treats its list as alternatives, so NCCL_SOCKET_IFNAME stays as is.)
+_GLOO_PICK = ('IFS=,; for i in $GLOO_SOCKET_IFNAME; do if [ -e "/sys/class/net/$i" ]; then '
+              'GLOO_SOCKET_IFNAME=$i; break; fi; done; unset IFS; ')
+
+
+def _script(plan: Plan, nnodes: int, nproc: int, head: Node, mixed_ifaces: bool) -> str:
+    # Only plan values go in here, each quoted; user arguments come in as "$@".
+    prefix = _GLOO_PICK if mixed_ifaces else ""
+    if plan.mode == "torchrun":
+        rank = "${OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}"
+        return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, rank))
+    if plan.mode == "mpich":
+        rank = "${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}"
+        return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, rank))
+    # Fail loudly rather than start every process as rank "" when not under Open MPI.
+    return (f'{prefix}: "${{OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}}"; '
+            'export RANK="$OMPI_COMM_WORLD_RANK" LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" '
+            'WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"; '
+            f'exec {shlex.quote(plan.python)} {shlex.quote(plan.script)} "$@"')
+
+
+def render(plan: Plan) -> Rendered:
+    """Validate `plan` and render argv, hostfile and environment for its launcher."""
+    validate(plan)
+    order = _launch_order(plan)
+    head = order[0]
+    nnodes = len(order)
+    ifaces = list(dict.fromkeys(node.interface for node in order if node.interface))
+    mixed_ifaces = len(ifaces) > 1
+
+    env = {"TORCHFLEET_RUN_ID": plan.run_id}
+    if ifaces:
+        env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ",".join(ifaces)
+    if plan.mode == "rank":
+        env["MASTER_ADDR"] = head.address
+        env["MASTER_PORT"] = str(plan.port)
+    env.update(plan.env_set)
+    inherit = tuple(dict.fromkeys(plan.env_pass))
+    secrets = tuple(dict.fromkeys(plan.env_secrets))
+    per_node_env = ({node.name: {"GLOO_SOCKET_IFNAME": node.interface} for node in order}
+                    if mixed_ifaces else {})
+
+    if plan.mode == "rank":
+        world_size = sum(node.slots for node in order)
+        nproc = 0  # unused: each rank is one worker
+    else:
+        nproc = plan.nproc_per_node or head.slots
+        world_size = nproc * nnodes
+    script = _script(plan, nnodes, nproc, head, mixed_ifaces)
+    tail = [SHELL, "-c", script, SHELL_NAME, *plan.script_args]
+
+    if plan.mode == "mpich" and plan.mpich_launcher == "hydra":
+        hostfile = "".join(f"{node.address}\n" for node in order)
+        argv = [plan.launcher or "mpiexec", "-launcher", "ssh", "-n", str(nnodes), "-ppn", "1",
+                "-f", plan.hostfile_path, "-bind-to", "none", "-genvall"]
+        if len(ifaces) == 1:
+            argv += ["-iface", ifaces[0]]
+        argv += ["-prepend-rank", *plan.mpirun_extra_args, *tail]
+    elif plan.mode == "mpich":
+        hostfile = "".join(f"{node.address}\n" for node in order)
+        argv = [plan.launcher or "mpiexec", "-n", str(nnodes), "--ppn", "1", "--cpu-bind", "none",
+                "--hostfile", plan.hostfile_path, "--envall", *plan.mpirun_extra_args, *tail]
+    else:
+        hostfile = "".join(f"{node.address} slots={node.slots}\n" for node in order)
+        if plan.mode == "rank":
+            argv = [plan.launcher or "mpirun", "-np", str(world_size), "--map-by", "slot"]
+        else:
+            argv = [plan.launcher or "mpirun", "-np", str(nnodes), "--map-by", "ppr:1:node"]
+        argv += ["--bind-to", "none", "--hostfile", plan.hostfile_path,
+                 "--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
+        if not plan.tree_spawn:
+            argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
+        if plan.ssh_control_path:
+            argv += ["--mca", "plm_rsh_args", f"-o ControlPath={plan.ssh_control_path}"]
+        argv += keepalive_mca(plan.silent_node_timeout)
+        # A CIDR covers every node whatever its NIC is called; written normalized (host bits 0).
+        if plan.network:
+            if_include = str(ipaddress.ip_network(plan.network, strict=False))
+        else:
+            if_include = ",".join(ifaces)
+        if if_include:
+            argv += ["--mca", "btl_tcp_if_include", if_include,
+                     "--mca", "oob_tcp_if_include", if_include]
+        for name in (*env, *inherit, *secrets):
+            argv += ["-x", name]
+        if plan.log_dir:
+            argv += ["--output-filename", plan.log_dir]
+        # "[JOB,RANK]<stdout>:" on every line: which node (torchrun mode) or rank (rank mode)
+        # wrote it, so the run's output can be followed per rank (_on_node.labels.shown).
+        argv.append("--tag-output")
+        if plan.allow_run_as_root:
+            argv.append("--allow-run-as-root")
+        argv += [*plan.mpirun_extra_args, *tail]
+
+    return Rendered(argv=argv, hostfile=hostfile, env=env, inherit=inherit, secrets=secrets,
+                    nodes=tuple(node.name for node in order), per_node_env=per_node_env,
+                    world_size=world_size)

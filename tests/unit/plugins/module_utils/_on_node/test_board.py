@@ -1,0 +1,97 @@
+"""board.py: the run board's entries, their owners and their liveness (real files and processes of
+this machine), and the probe shipped with it as one program."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import board
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.fanout import probe_command
+
+ENTRY = {"run_id": "tf-20261127-010203-abc123", "head": "node0", "nodes": ["node0", "node1"],
+         "world_size": 2, "started": "2026-11-27T01:02:03Z"}
+
+
+def _board(tmp_path):
+    path = tmp_path / "board"
+    path.mkdir(mode=0o1777)
+    return str(path)
+
+
+def test_an_entry_counts_while_it_starts_then_only_while_a_process_names_its_run(tmp_path):
+    where = _board(tmp_path)
+    assert board.announce(ENTRY, where)
+    [entry] = board.read_entries(where)
+    assert entry["state"] == "starting" and entry["uid"] == os.geteuid() and entry["world_size"] == 2
+    later = time.time() + board.STARTING_FOR + 1
+    assert board.read_entries(where, now=later) == []  # its start long past, no process: gone
+    # A process of the entry's owner naming the run (as torchrun's --log-dir does): running.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)",
+                             f"--log-dir=/runs/{ENTRY['run_id']}/workers/node0"], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"up\n"  # its command line is its own by now (after exec)
+        [entry] = board.read_entries(where, now=later)
+        assert entry["state"] == "running"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert board.read_entries(where, now=later) == []
+
+
+def test_only_other_accounts_entries_are_others(tmp_path):
+    where = _board(tmp_path)
+    board.announce(ENTRY, where)
+    assert board.others_alive(where) == []
+    assert [entry["run_id"] for entry in board.others_alive(where, uid=os.geteuid() + 1)] == [ENTRY["run_id"]]
+
+
+def test_an_entry_that_speaks_for_another_account_is_ignored(tmp_path):
+    where = _board(tmp_path)
+    other = os.geteuid() + 1  # the name says another account; the file is ours
+    with open(os.path.join(where, f"{other}.{ENTRY['run_id']}.json"), "w") as handle:
+        json.dump(ENTRY, handle)
+    os.symlink(os.path.join(where, f"{other}.{ENTRY['run_id']}.json"),
+               os.path.join(where, f"{os.geteuid()}.tf-linked.json"))
+    with open(os.path.join(where, f"{os.geteuid()}.tf-other-name.json"), "w") as handle:
+        json.dump(ENTRY, handle)  # its content names another run than its file name
+    assert board.read_entries(where) == []
+
+
+def test_a_run_id_is_named_whole_never_as_part_of_a_longer_one():
+    assert board.names_run("torchrun --rdzv-id=tf-1 x", "tf-1")
+    assert board.names_run("python -m _on_node.supervisor /home/a/runs/tf-1", "tf-1")
+    assert not board.names_run("torchrun --rdzv-id=tf-10 x", "tf-1")
+    assert not board.names_run("vim notes-tf-1.txt", "tf-1")
+
+
+def test_withdraw_and_the_sweep_remove_only_this_accounts_dead_entries(tmp_path):
+    where = _board(tmp_path)
+    board.announce(ENTRY, where)
+    board.announce(dict(ENTRY, run_id="tf-old"), where)
+    old = os.path.join(where, f"{os.geteuid()}.tf-old.json")
+    past = time.time() - board.STARTING_FOR - 5
+    os.utime(old, (past, past))
+    board.sweep_own(where)  # dead, but not a day old: left
+    assert len(os.listdir(where)) == 2
+    past = time.time() - board.SWEPT_AFTER - 5
+    os.utime(old, (past, past))
+    board.sweep_own(where)
+    assert sorted(os.listdir(where)) == [f"{os.geteuid()}.{ENTRY['run_id']}.json"]
+    board.withdraw(ENTRY["run_id"], where)
+    assert os.listdir(where) == []
+
+
+def test_a_node_without_a_board_is_told_apart(tmp_path):
+    assert board.announce(ENTRY, str(tmp_path / "missing")) is False
+    assert board.read_entries(str(tmp_path / "missing")) == []
+
+
+def test_the_probe_runs_with_the_board_as_one_program_the_way_ssh_hands_it_to_a_node():
+    # What a node runs: `python -S -c PROGRAM`, the request on stdin (fanout.probe_command).
+    argv = ["sh", "-c", probe_command(sys.executable)]
+    done = subprocess.run(argv, input=json.dumps({"interfaces": True}), capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert "lo" in json.loads(done.stdout)["interfaces"], done.stderr
