@@ -21,8 +21,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / ".collections"))
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (  # noqa: E402
-    BY_NAME, CHECKED_OPTIONS, module_arguments, module_documentation, role_options, short_names)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_specs import (  # noqa: E402
+    module_arguments, module_documentation, role_options, short_names)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import BY_NAME, CHECKED_OPTIONS  # noqa: E402
 
 ROLE = ROOT / "roles" / "launch"
 SPEC = ROLE / "meta" / "argument_specs.yml"

@@ -465,7 +465,7 @@ jobs:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import argument_spec
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_specs import argument_spec
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_restart import run_restarted
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import run_started
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_stop import run_stopped

@@ -10,7 +10,7 @@ import yaml
 
 from ansible_collections.torchfleet.cluster.plugins.doc_fragments import torchrun_launch_options as fragment
 from ansible_collections.torchfleet.cluster.plugins.doc_fragments.torchrun_launch_options import ModuleDocFragment
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_options as lo
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_option_specs as specs, _launch_options as lo
 from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_launch as tl
 
 
@@ -37,7 +37,7 @@ def test_the_module_takes_its_options_from_the_fragment():
 
 
 def test_the_fragment_is_the_tables_documentation():
-    assert yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"] == lo.module_documentation()
+    assert yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"] == specs.module_documentation()
     # Paragraphs keep their markup; a module option the role computes is documented by its doc.
     documented = yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]
     assert documented["state"]["description"] == list(lo.BY_NAME["state"].doc)
