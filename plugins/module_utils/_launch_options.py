@@ -55,6 +55,9 @@ class Option:
     # nothing), None nothing, or this value (Jinja); module_note is a comment written above it.
     module_value: str | None = ""
     module_note: str = ""
+    # The torchfleet command's flag of it, --NAME with dashes: ((command, its help), ...) for the
+    # commands that take it (the CLI's parser adds it, and passes its value on by the short name).
+    cli: tuple[tuple[str, str], ...] = ()
 
     @property
     def role_name(self) -> str | None:
@@ -222,7 +225,9 @@ OPTIONS: tuple[Option, ...] = (
                "Launch even where another account's torchfleet run is alive on the nodes. Every launch announces its "
                "run on the run board of each of its nodes (C(/var/lib/torchfleet/board), made by setup) before "
                "anything starts; V(false) refuses a launch onto nodes where another account's run is announced and "
-               "alive, naming the run, its account, its start and world size.")),
+               "alive, naming the run, its account, its start and world size."),
+           cli=(("launch", "launch even where another account's torchfleet run is alive on the nodes "
+                 "(refused by default, naming that run)"),)),
     Option("workdir", "str", "The training account's directory for torchfleet on the nodes (setup's "
            "cluster_user_workdir).", module=False, default="~/torchfleet", short="cluster_user_workdir"),
     Option("log_dir", "path", "Directory on the nodes holding one directory of logs per run; absolute, "
@@ -284,7 +289,10 @@ OPTIONS: tuple[Option, ...] = (
                "Under O(scheduler=slurm) a restart is a new job of as many nodes as answer, with C(--exclude) naming "
                "the Slurm nodes of the run that do not (needs O(check_nodes), as the supervisor asks the nodes over "
                "ssh). Refused with O(mode=mpich). V(0) never restarts."),
-           module_value="{{ launch_max_restarts | int }}"),
+           module_value="{{ launch_max_restarts | int }}",
+           cli=(("launch", "restart the run up to N times after a node is lost or a rank fails, on the nodes that "
+                 "answer; the script resumes from its checkpoint"),
+                ("restart", "from now on, restart it up to N times by itself (default: as launched)"))),
     Option("min_nodes", "int", "The fewest nodes an attempt may use; fewer answering, the supervisor "
            "waits restart_wait seconds for lost nodes to come back, then ends the run. 0: every node of "
            "the run.", default=0, role_type="raw", short="min_nodes",
@@ -292,7 +300,9 @@ OPTIONS: tuple[Option, ...] = (
                "The fewest nodes an attempt may use. Fewer answering, the supervisor waits up to O(restart_wait) "
                "seconds for lost nodes to come back (their stale processes are ended first), then ends the run "
                "V(failed), naming the nodes missing. V(0) means every node of the run."),
-           module_value="{{ launch_min_nodes | int }}"),
+           module_value="{{ launch_min_nodes | int }}",
+           cli=(("launch", "with --max-restarts: the fewest nodes an attempt may use (default: all)"),
+                ("restart", "the fewest nodes the attempt may use (default: as launched)"))),
     Option("restart_wait", "int", "Seconds a restart waits for min_nodes nodes to answer.", default=300,
            role_type="raw", short="restart_wait",
            module_doc="Seconds a restart waits for O(min_nodes) nodes to answer.",
@@ -307,7 +317,9 @@ OPTIONS: tuple[Option, ...] = (
                "attempt, so the world size does not change; with no spare left the run shrinks (down to "
                "O(min_nodes)) or ends. A node back after a loss is a spare again once the world is whole.",
                "Not under Slurm, where an attempt is an allocation of its own."),
-           module_value="{{ launch_spare_nodes | int }}"),
+           module_value="{{ launch_spare_nodes | int }}",
+           cli=(("launch", "with --max-restarts: keep the group's last N nodes out of the world, ready to "
+                 "replace a lost node so the world size does not change"),)),
     Option("rejoin_after", "int", "With max_restarts: seconds a node lost earlier must keep answering (and pass "
            "the launch's checks) before the run grows back to it, right after the script's next checkpoint "
            "(a line of rank 0's stdout that begins with TORCHFLEET_CHECKPOINT).", default=10, role_type="raw",
@@ -416,7 +428,9 @@ OPTIONS: tuple[Option, ...] = (
                "Slurm's reason while it is pending, its exit code). Stopping the run, and O(launch_timeout), call "
                "C(scancel). O(mode=mpich) and O(tree_spawn) cannot run under it and are refused, as are a head "
                "without C(sbatch), an unknown or down partition, a partition with fewer nodes than O(nodes), and a "
-               "time limit Slurm would reject, before anything is submitted.")),
+               "time limit Slurm would reject, before anything is submitted."),
+           cli=(("launch", "slurm: submit the run as a Slurm batch job with sbatch on the head (-e "
+                 "slurm_partition=, slurm_account=, slurm_time_limit=); default: mpirun over ssh"),)),
     Option("slurm_partition", "str", "With scheduler slurm, the partition; empty for Slurm's default.",
            role_default="", short="slurm_partition",
            module_doc="With O(scheduler=slurm), the partition (C(--partition)); default Slurm's default.",

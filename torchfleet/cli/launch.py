@@ -37,7 +37,6 @@ def launch_command(args: argparse.Namespace) -> int:
     run_id = str(parse_extra_vars(args.extra_vars).get("run_id") or new_run_id())
     check_run_id(run_id)
     return start_run(args, run_id, script=script_path(args.script), script_args=list(args.script_args),
-                     **({"scheduler": args.scheduler} if args.scheduler else {}),
                      # Attached to a Slurm job: follow it from its submission, printing Slurm's
                      # reason while it waits.
                      **({"detach_when": "submitted"} if args.scheduler == "slurm" and not args.detach else {}))
@@ -46,6 +45,15 @@ def launch_command(args: argparse.Namespace) -> int:
 def restart_command(args: argparse.Namespace) -> int:
     check_run_id(args.run_id)
     return start_run(args, args.run_id, launch_action="restart")
+
+
+def option_flags_given(args: argparse.Namespace) -> dict:
+    """{short name: value} of the launch options given by their flags (parser.add_option_flags),
+    as launch.yml takes them."""
+    from torchfleet.cli.parser import option_flags
+
+    return {option.short: getattr(args, option.name) for option, _help in option_flags(args.command)
+            if getattr(args, option.name, None) is not None}
 
 
 def start_run(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
@@ -57,12 +65,7 @@ def start_run(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
     ctrl_c = CtrlC()
     try:
         outcome = playbook(args, "launch", ctrl_c=ctrl_c, run_id=run_id, detach=True,
-                           **{key: value for key, value in (("max_restarts", args.max_restarts),
-                                                            ("min_nodes", args.min_nodes),
-                                                            ("spare_nodes", getattr(args, "spare_nodes", None)),
-                                                            ("share_nodes", getattr(args, "share_nodes", None) or None))
-                               if value is not None},
-                           **launch_vars)
+                           **option_flags_given(args), **launch_vars)
         if ctrl_c.heard:  # the playbook was ended; the head refuses to start what it had not
             raise KeyboardInterrupt
     except KeyboardInterrupt:

@@ -14,6 +14,29 @@ from torchfleet.cli.setup import setup_command
 from torchfleet.cli.usage import ACTIVE_STATES, ANSIBLE_EXITS, RUN_EXITS
 
 
+def option_flags(command: str) -> list:
+    """[(the launch option, its flag's help)] of the launch options `torchfleet COMMAND` takes a
+    flag of, as the option table says (Option.cli)."""
+    from torchfleet.collection import module_util
+
+    return [(option, dict(option.cli)[command]) for option in module_util("_launch_options").OPTIONS
+            if command in dict(option.cli)]
+
+
+def add_option_flags(parser: argparse.ArgumentParser, command: str) -> None:
+    """--NAME for each launch option the table gives `command` a flag of: a switch for a bool, a
+    number N for an int, one of its choices for a choice. Left out, it is None: not passed on."""
+    for option, text in option_flags(command):
+        flag = "--" + option.name.replace("_", "-")
+        if option.type == "bool":
+            parser.add_argument(flag, action="store_const", const=True, help=text)
+        elif option.choices:
+            parser.add_argument(flag, choices=list(option.choices), help=text)
+        else:
+            parser.add_argument(flag, type=int if option.type == "int" else str,
+                                metavar="N" if option.type == "int" else option.name.upper(), help=text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchfleet",
@@ -71,21 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="return with the run id once every node's ranks have started")
             p.add_argument("--all-ranks", action="store_true",
                            help="stream every rank's output, each line as [rank N host] (default: rank 0's)")
-            p.add_argument("--max-restarts", type=int, metavar="N",
-                           help="restart the run up to N times after a node is lost or a rank fails, "
-                                "on the nodes that answer; the script resumes from its checkpoint")
-            p.add_argument("--min-nodes", type=int, metavar="M",
-                           help="with --max-restarts: the fewest nodes an attempt may use (default: all)")
-            p.add_argument("--spare-nodes", type=int, metavar="N",
-                           help="with --max-restarts: keep the group's last N nodes out of the world, "
-                                "ready to replace a lost node so the world size does not change")
-            p.add_argument("--share-nodes", action="store_true",
-                           help="launch even where another account's torchfleet run is alive on the "
-                                "nodes (refused by default, naming that run)")
-            p.add_argument("--scheduler", choices=["none", "slurm"],
-                           help="slurm: submit the run as a Slurm batch job with sbatch on the head "
-                                "(-e slurm_partition=, slurm_account=, slurm_time_limit=); default: "
-                                "mpirun over ssh")
+            add_option_flags(p, "launch")
         if name == "render":
             p.add_argument("--format", choices=["text", "json", "pbs", "slurm"], default="text",
                            help="pbs/slurm: a batch script that launches from inside an allocation")
@@ -104,10 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     restart.add_argument("--detach", action="store_true",
                          help="return once every node's ranks have started")
     restart.add_argument("--all-ranks", action="store_true", help="stream every rank's output")
-    restart.add_argument("--max-restarts", type=int, metavar="N",
-                         help="from now on, restart it up to N times by itself (default: as launched)")
-    restart.add_argument("--min-nodes", type=int, metavar="M",
-                         help="the fewest nodes the attempt may use (default: as launched)")
+    add_option_flags(restart, "restart")
     restart.set_defaults(func=restart_command)
     stop = sub.add_parser("stop", parents=[common], help="stop a run on every node (RUN_ID, or --all)",
                           epilog="exit: 0 stopped (or nothing alive), 2 a bare stop with several runs alive "
