@@ -21,13 +21,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options
     LIST_OPTIONS, OPTIONS, RESTART_OPTIONS)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT
 
-EXAMPLE_LISTS = {
-    "script_args": ["--epochs", "3"],
-    "files": ["data.csv"],
-    "env_pass": ["NCCL_DEBUG"],
-    "env_secrets": ["WANDB_API_KEY"],
-    "mpirun_extra_args": ["--mca", "btl_tcp_links", "2"],
-}
+EXAMPLE_LISTS = {option.name: list(option.example) for option in OPTIONS if option.example}
 # The script and its files travel base64 in the launch module's arguments, and on to each node
 # that lacks them: right for code and configuration, not for data.
 FILES_LIMIT_MIB = 16

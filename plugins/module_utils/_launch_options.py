@@ -58,6 +58,9 @@ class Option:
     # The torchfleet command's flag of it, --NAME with dashes: ((command, its help), ...) for the
     # commands that take it (the CLI's parser adds it, and passes its value on by the short name).
     cli: tuple[tuple[str, str], ...] = ()
+    # A list variable of the role: an example of its items, which the check of a value that is no
+    # list shows as the fix (the role's lists are LIST_OPTIONS).
+    example: tuple = ()
 
     @property
     def role_name(self) -> str | None:
@@ -116,10 +119,10 @@ OPTIONS: tuple[Option, ...] = (
            module_value="{{ _script }}"),  # _script: run.yml's task variable, the script's path on the nodes
     Option("script_args", "list", "Arguments passed to every rank exactly as given.", default=[],
            elements="str", short="script_args",
-           module_doc="Arguments for the script; they reach it on every rank exactly as given."),
+           module_doc="Arguments for the script; they reach it on every rank exactly as given.", example=("--epochs", "3")),
     Option("files", "list", "More files on the controller that the script needs, copied beside it "
            "(16 MiB in all with the script: code and configuration, not data).", module=False,
-           default=[], elements="str", short="files"),
+           default=[], elements="str", short="files", example=("data.csv",)),
     Option("shared_storage", "bool", "The nodes see the script at that path already; copy nothing.",
            module=False, default=False, short="shared_storage"),
     Option("run_id", "str", "The run's id (made when empty); with action stop, only this run.",
@@ -193,7 +196,7 @@ OPTIONS: tuple[Option, ...] = (
                "environment (use the task's C(environment)), or the module fails naming the missing ones.",
                "In addition the module always forwards E(PATH), E(LD_LIBRARY_PATH) and every E(NCCL_*) variable that "
                "is set in its environment (only those set, and not those torchfleet sets itself or that O(env_set) "
-               "or O(env_secrets) name).")),
+               "or O(env_secrets) name)."), example=("NCCL_DEBUG",)),
     Option("env_secrets", "dict", "Names of secrets read from the controller's environment and passed "
            "to every rank, never printed.", default={}, no_log=True, role_type="list", role_default=[],
            role_elements="str", short="env_secrets",
@@ -201,7 +204,7 @@ OPTIONS: tuple[Option, ...] = (
                "Secret variables, name to value (for example an API key read on the controller). The values go only "
                "into the launcher's environment and travel to the ranks by name; they are never on a command line, "
                "in the results or in logs the module writes."),
-           module_value="{{ dict(launch_env_secrets | zip(query('ansible.builtin.env', *launch_env_secrets))) }}"),
+           module_value="{{ dict(launch_env_secrets | zip(query('ansible.builtin.env', *launch_env_secrets))) }}", example=("WANDB_API_KEY",)),
     Option("env_set", "dict", "Values set for every rank.", default={}, short="env_set",
            module_doc="Variables set to these values on every rank."),
     Option("mpirun_extra_args", "list", "More launcher options, each option and each value an item of "
@@ -209,7 +212,8 @@ OPTIONS: tuple[Option, ...] = (
            elements="str", short="mpirun_extra_args",
            module_doc=(
                "Extra launcher options. Options torchfleet controls (process counts, mapping, hostfile, binding, "
-               "output files, environment, interface MCA parameters) are refused.")),
+               "output files, environment, interface MCA parameters) are refused."),
+           example=("--mca", "btl_tcp_links", "2")),
     Option("allow_run_as_root", "bool", "Pass C(--allow-run-as-root) to Open MPI, which refuses root without it.",
            default=False, role=None, module_value="{{ launch_user == 'root' and launch_mode != 'mpich' }}"),
     Option("tree_spawn", "bool", "Let Open MPI's daemons start further daemons over ssh (hundreds of "
@@ -481,7 +485,7 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME = {option.name: option for option in OPTIONS}
 
 
-LIST_OPTIONS = ("script_args", "files", "env_pass", "env_secrets", "mpirun_extra_args")
+LIST_OPTIONS = tuple(option.name for option in OPTIONS if option.example)
 RESTART_OPTIONS = ("max_restarts", "min_nodes", "restart_wait", "final_exit_codes", "spare_nodes", "rejoin_after")
 # The options problems() reads; validate.yml hands it these alone (each variable templated costs
 # the launch time), as tools/write_launch_options.py writes them.
