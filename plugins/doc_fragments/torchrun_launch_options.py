@@ -144,6 +144,14 @@ options:
     type: list
     elements: str
     default: []
+  torchrun_extra_args:
+    description: "More options of torchrun on every node, each quoted as given, before the script.
+      Refused: the options torchfleet sets (C(--nnodes), C(--node-rank), C(--nproc-per-node),
+      C(--rdzv-*), C(--standalone), C(--log-dir), C(--redirects), C(--tee), C(--max-restarts):
+      O(max_restarts) restarts a run), and any in O(mode=rank), which runs no torchrun."
+    type: list
+    elements: str
+    default: []
   allow_run_as_root:
     description: Pass C(--allow-run-as-root) to Open MPI, which refuses root without it.
     type: bool

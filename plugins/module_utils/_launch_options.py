@@ -214,6 +214,15 @@ OPTIONS: tuple[Option, ...] = (
                "Extra launcher options. Options torchfleet controls (process counts, mapping, hostfile, binding, "
                "output files, environment, interface MCA parameters) are refused."),
            example=("--mca", "btl_tcp_links", "2")),
+    Option("torchrun_extra_args", "list", "More torchrun options on every node (torchrun and mpich modes), each "
+           "option and each value an item of its own, such as --monitor-interval=1 or --local-ranks-filter=0; "
+           "those torchfleet sets (nodes, node rank, workers per node, rendezvous, logs, restarts) are refused.",
+           default=[], elements="str", short="torchrun_extra_args", example=("--monitor-interval=1",),
+           module_doc=(
+               "More options of torchrun on every node, each quoted as given, before the script. Refused: the "
+               "options torchfleet sets (C(--nnodes), C(--node-rank), C(--nproc-per-node), C(--rdzv-*), "
+               "C(--standalone), C(--log-dir), C(--redirects), C(--tee), C(--max-restarts): O(max_restarts) "
+               "restarts a run), and any in O(mode=rank), which runs no torchrun.")),
     Option("allow_run_as_root", "bool", "Pass C(--allow-run-as-root) to Open MPI, which refuses root without it.",
            default=False, role=None, module_value="{{ launch_user == 'root' and launch_mode != 'mpich' }}"),
     Option("tree_spawn", "bool", "Let Open MPI's daemons start further daemons over ssh (hundreds of "

@@ -28,6 +28,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import write_file
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, plan_of_run
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest, stored
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import (
     follow_run,
     install_head_package,
@@ -69,7 +70,9 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
         module.fail_json(msg=f"min_nodes is {min_nodes}, above run {plan.run_id}'s {nodes} nodes: give at "
                              f"most {nodes}, or 0 for the run's own ({plan.fewest_nodes})")
     # The ssh masters of the run's launch are long closed: every ssh connects by itself.
-    request = SimpleNamespace(**{**vars(plan.request), "max_restarts": p["max_restarts"] or plan.request.max_restarts})
+    # The run's request as this version takes it (an option added since at its default).
+    request = SimpleNamespace(**stored(LaunchRequest.of(
+        {**vars(plan.request), "max_restarts": p["max_restarts"] or plan.request.max_restarts})))
     return dataclasses.replace(plan, request=request, attempts_before=len(attempts), fewest_nodes=min_nodes,
                                node_dirs=True, control_dir=None)
 

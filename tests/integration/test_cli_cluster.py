@@ -75,6 +75,7 @@ ECHO = """import json, os, sys
 if os.environ.get("RANK") == "0":
     print("ARGV " + json.dumps(sys.argv[1:]), flush=True)
     print("SECRET_SET", bool(os.environ.get("TF_TEST_SECRET")), flush=True)
+    print("ROLE", os.environ.get("ROLE_NAME"), flush=True)  # torchrun's --role, from torchrun_extra_args
 """
 
 
@@ -85,12 +86,13 @@ def test_script_args_arrive_byte_for_byte_and_secrets_stay_off_disk(target, tmp_
     script.write_text(ECHO)
     nasty = ["$(touch /tmp/x); rm -rf ~", "{{ 7*7 }}", "true", "", "--", "a 'b' \"c\"\n\td", "é✓"]
     result = torchfleet((inventory, env), "launch", str(script), "-e", "nproc_per_node=1",
-                        "-e", '{"env_secrets": ["TF_TEST_SECRET"]}', "--json", "--", *nasty)
+                        "-e", '{"env_secrets": ["TF_TEST_SECRET"], "torchrun_extra_args": ["--role=echo"]}',
+                        "--json", "--", *nasty)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout)
     lines = data["report"]
     assert "ARGV " + json.dumps(nasty) in lines, lines
-    assert "SECRET_SET True" in lines
+    assert "SECRET_SET True" in lines and "ROLE echo" in lines
     assert not Path("/tmp/x").exists() or Path("/tmp/x").stat().st_mtime < script.stat().st_mtime
     assert "s3cret-value" not in result.stdout + result.stderr
     assert data["artifacts"] is None  # a successful run leaves nothing behind

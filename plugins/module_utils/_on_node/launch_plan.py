@@ -79,6 +79,7 @@ class Plan:
     env_secrets: tuple[str, ...] = ()  # as env_pass, but never displayed
     env_set: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     mpirun_extra_args: tuple[str, ...] = ()
+    torchrun_extra_args: tuple[str, ...] = ()  # torchrun and mpich modes: before the script
     allow_run_as_root: bool = False  # Open MPI refuses root without it
     ssh_control_path: str | None = None  # Open MPI: ssh masters the caller opened to the nodes
     silent_node_timeout: int = 120  # Open MPI: seconds until a node off the network ends the run; 0: Open MPI's
@@ -98,7 +99,7 @@ def plan_from_dict(data: Mapping) -> Plan:
     values = dict(data)
     values["nodes"] = tuple(Node(**node) for node in values["nodes"])
     values["env_set"] = MappingProxyType(dict(values.get("env_set") or {}))
-    for key in ("script_args", "env_pass", "env_secrets", "mpirun_extra_args"):
+    for key in ("script_args", "env_pass", "env_secrets", "mpirun_extra_args", "torchrun_extra_args"):
         values[key] = tuple(values.get(key) or ())
     return Plan(**values)
 
@@ -161,7 +162,7 @@ def plan_for(request, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secr
         log_dir=ranks, node_log_dir=workers, network=request.network,
         env_pass=tuple(env_pass), env_secrets=tuple(env_secrets),
         env_set=dict(request.env_set if env_set is None else env_set),
-        mpirun_extra_args=tuple(request.mpirun_extra_args),
+        mpirun_extra_args=tuple(request.mpirun_extra_args), torchrun_extra_args=tuple(request.torchrun_extra_args),
         allow_run_as_root=request.allow_run_as_root, tree_spawn=request.tree_spawn,
         ssh_control_path=control_path, silent_node_timeout=request.silent_node_timeout,
         mpich_launcher=request.mpich_launcher, tee_workers=not (supervised and reads_worker_files(request)),

@@ -260,6 +260,27 @@ def _check_extra_args(plan: Plan) -> None:
                             f"silent_node_timeout instead (0 leaves Open MPI's keepalive as it is)")
 
 
+# torchrun's options that torchfleet sets (both spellings, and torchrun's --name=value form).
+_TORCHRUN_OWNED = {"--" + name for stem in ("nnodes", "node-rank", "nproc-per-node", "rdzv-backend", "rdzv-endpoint",
+                                            "rdzv-id", "rdzv-conf", "standalone", "log-dir", "redirects", "tee",
+                                            "max-restarts", "master-addr", "master-port", "no-python", "module")
+                   for name in (stem, stem.replace("-", "_"))} | {"-r", "-t", "-m"}
+
+
+def _check_torchrun_args(plan: Plan) -> None:
+    args = _string_tuple(plan.torchrun_extra_args, "torchrun_extra_args")
+    if args and plan.mode == "rank":
+        raise PlanError("torchrun_extra_args: rank mode runs no torchrun (one MPI rank per worker); remove "
+                        "them, or use mode torchrun")
+    for arg in args:
+        if not arg or "\0" in arg:
+            raise PlanError(f"torchrun_extra_args: {arg!r} is empty or holds a NUL byte; remove it")
+        if arg.split("=", 1)[0] in _TORCHRUN_OWNED:
+            raise PlanError(f"torchrun_extra_args: {arg!r} overrides an option torchfleet sets; remove it "
+                            f"(nodes, workers and rendezvous come from the plan, logs from log_dir, restarts "
+                            f"from max_restarts)")
+
+
 def validate(plan: Plan) -> None:
     """Raise PlanError naming the first problem in `plan` and its fix."""
     if not isinstance(plan, Plan):
@@ -318,6 +339,7 @@ def validate(plan: Plan) -> None:
                         f"more (0 leaves Open MPI's keepalive as it is)")
     _check_env(plan)
     _check_extra_args(plan)
+    _check_torchrun_args(plan)
 
 
 # ---------------------------------------------------------------------------------------------

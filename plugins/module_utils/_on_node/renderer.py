@@ -83,7 +83,7 @@ def _torchrun_words(plan: Plan, nnodes: int, nproc: int, head: Node, node_rank: 
         words += [f'--log-dir={q(plan.node_log_dir)}/node"{node_rank if nnodes > 1 else 0}"', "--redirects=3"]
         if plan.tee_workers:
             words.append("--tee=3")
-    return words + [q(plan.script), '"$@"']
+    return words + [q(arg) for arg in plan.torchrun_extra_args] + [q(plan.script), '"$@"']
 
 
 # Gloo opens every interface listed in GLOO_SOCKET_IFNAME and fails on a node that lacks one,

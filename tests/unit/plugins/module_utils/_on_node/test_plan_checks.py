@@ -3,6 +3,8 @@ itself and the fix, before anything is rendered."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from plan_helpers import make_plan, node
 
@@ -159,3 +161,18 @@ def test_harmless_extra_args_are_kept():
 def test_not_a_plan_is_refused():
     with pytest.raises(PlanError, match="expected a Plan"):
         validate({"nodes": []})
+
+
+@pytest.mark.parametrize("extra, mode, expected", [
+    (("--nnodes=2",), "torchrun", "'--nnodes=2' overrides an option torchfleet sets"),
+    (("--nproc_per_node", "4"), "mpich", "'--nproc_per_node' overrides an option torchfleet sets"),
+    (("--rdzv-endpoint=10.0.0.1:1",), "torchrun", "'--rdzv-endpoint=10.0.0.1:1' overrides"),
+    (("--max-restarts=3",), "torchrun", "restarts from max_restarts"),
+    (("--tee", "3"), "torchrun", "'--tee' overrides"),
+    (("",), "torchrun", "'' is empty"),
+    (("--monitor-interval=1",), "rank", "rank mode runs no torchrun"),
+])
+def test_torchrun_extra_args_may_not_set_what_torchfleet_sets(extra, mode, expected):
+    with pytest.raises(PlanError, match=re.escape(expected)):
+        validate(make_plan(mode=mode, torchrun_extra_args=extra))
+    validate(make_plan(torchrun_extra_args=("--monitor-interval=1", "--local-ranks-filter", "0")))
