@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / ".collections"))
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import fanout, follower  # noqa: E402
 
-RECORD = "plugins/module_utils/_on_node/record.py"  # the earlier version's follower
+RECORD = "plugins/module_utils/_head/record.py"  # the earlier version's follower (its path then)
 
 
 def _run_dir(root: Path) -> tuple[Path, Path]:
