@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS, UNSET, Option
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_schema import UNSET, Option
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS
 
 
 def _spec(option: Option) -> dict:

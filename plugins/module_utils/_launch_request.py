@@ -17,7 +17,8 @@ import dataclasses
 import functools
 from collections.abc import Mapping
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS, Option
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_schema import Option
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import node_slots
 
 
