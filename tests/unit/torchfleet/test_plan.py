@@ -73,9 +73,9 @@ def test_a_plan_from_the_inventory_alone_needs_the_interface(tmp_path):
     assert plan.python == "python3" and plan.torchrun == "torchrun" and plan.launcher is None
     assert plan.script == "/home/torchfleet/torchfleet/scripts/train.py"  # the role's default account and home
     # One node needs no interface; the inventory's own is taken where -e gives none.
-    one, _ = tfplan.build("train.py", [], {}, ["gpu01"], hostvars(), tmp_path)
+    one, _source = tfplan.build("train.py", [], {}, ["gpu01"], hostvars(), tmp_path)
     assert one.nodes[0].interface is None and one.nodes[0].address == "192.0.2.11"
-    named, _ = tfplan.build("train.py", [], {}, HOSTS, hostvars(torchfleet_interface="bond0"), tmp_path)
+    named, _source = tfplan.build("train.py", [], {}, HOSTS, hostvars(torchfleet_interface="bond0"), tmp_path)
     assert {n.interface for n in named.nodes} == {"bond0"}
 
 
@@ -105,80 +105,80 @@ def test_a_bad_gpu_count_or_request_variable_is_a_render_error(cache, tmp_path):
     ({"cluster_user_name": "root"}, {}, "/root"),
 ])
 def test_the_training_accounts_home(cache, extra, inventory, home):
-    plan, _ = tfplan.build("train.py", [], {"run_id": "r", **extra}, HOSTS, hostvars(**inventory), cache)
+    plan, _source = tfplan.build("train.py", [], {"run_id": "r", **extra}, HOSTS, hostvars(**inventory), cache)
     assert plan.hostfile_path == f"{home}/torchfleet/runs/r/hostfile"
 
 
 def test_root_runs_open_mpi_as_root_and_shared_storage_keeps_the_scripts_path(cache):
-    plan, _ = tfplan.build("/shared/train.py", [], {"cluster_user_name": "root", "shared_storage": "true"}, HOSTS,
-                           hostvars(), cache)
+    plan, _source = tfplan.build("/shared/train.py", [], {"cluster_user_name": "root", "shared_storage": "true"}, HOSTS,
+                                 hostvars(), cache)
     assert plan.allow_run_as_root is True and plan.script == "/shared/train.py"
 
 
 def test_a_new_run_id_each_time_unless_given(cache):
-    first, _ = tfplan.build("train.py", [], {}, HOSTS, hostvars(), cache)
-    second, _ = tfplan.build("train.py", [], {}, HOSTS, hostvars(), cache)
+    first, _source = tfplan.build("train.py", [], {}, HOSTS, hostvars(), cache)
+    second, _source = tfplan.build("train.py", [], {}, HOSTS, hostvars(), cache)
     assert first.run_id != second.run_id
     assert re.fullmatch(r"tf-\d{8}-\d{6}-[0-9a-f]{6}", first.run_id)
 
 
 def test_the_head_is_the_inventorys_or_the_first_node(cache):
-    plan, _ = tfplan.build("train.py", [], {"torchfleet_head": "gpu02"}, HOSTS, hostvars(), cache)
+    plan, _source = tfplan.build("train.py", [], {"torchfleet_head": "gpu02"}, HOSTS, hostvars(), cache)
     assert plan.head == "gpu02"
 
 
 def test_mpich_mode_takes_what_setup_read_of_mpiexec(cache):
     facts(cache, "gpu01", "10.9.0.11", mpich_mpiexec="/opt/mpich/bin/mpiexec", mpich_found_launcher="hydra")
-    plan, _ = tfplan.build("train.py", [], {"launch_mode": "mpich"}, HOSTS, hostvars(), cache)
+    plan, _source = tfplan.build("train.py", [], {"launch_mode": "mpich"}, HOSTS, hostvars(), cache)
     assert plan.mode == "mpich" and plan.launcher == "/opt/mpich/bin/mpiexec" and plan.mpich_launcher == "hydra"
-    plan, _ = tfplan.build("train.py", [], {"launch_mode": "mpich", "mpich_launcher": "pals"}, HOSTS, hostvars(), cache)
+    plan, _source = tfplan.build("train.py", [], {"launch_mode": "mpich", "mpich_launcher": "pals"}, HOSTS, hostvars(), cache)
     assert plan.mpich_launcher == "pals"
 
 
 def test_a_batch_plan_has_placeholder_nodes_and_the_setups_interface(cache):
     plan, source = tfplan.build("train.py", [], {}, HOSTS, hostvars(), cache, batch_nodes=3, batch_slots=2)
     assert source == "facts" and plan.head == "node0" and plan.script == "train.py"
-    assert [(n.name, n.slots, n.interface) for n in plan.nodes] == [("node0", 2, "ib0"), ("node1", 2, "ib0"),
-                                                                     ("node2", 2, "ib0")]
+    assert [(n.name, n.slots, n.interface) for n in plan.nodes] == [
+        ("node0", 2, "ib0"), ("node1", 2, "ib0"), ("node2", 2, "ib0")]
     assert plan.log_dir is None and plan.node_log_dir is None and plan.allow_run_as_root is False
     assert plan.mpirun_extra_args[-3:] == ("--mca", "plm", "slurm")
-    pbs, _ = tfplan.build("train.py", [], {"nproc_per_node": 4}, HOSTS, hostvars(), cache, batch_nodes=2,
-                          batch_format="pbs")
+    pbs, _source = tfplan.build("train.py", [], {"nproc_per_node": 4}, HOSTS, hostvars(), cache, batch_nodes=2,
+                                batch_format="pbs")
     assert pbs.nodes[0].slots == 4 and "plm" not in pbs.mpirun_extra_args
 
 
 def test_a_batch_plan_of_several_nodes_needs_an_interface(tmp_path):
     with pytest.raises(RenderError, match="needs their cluster network interface"):
         tfplan.build("train.py", [], {}, HOSTS, hostvars(), tmp_path, batch_nodes=2)
-    one, _ = tfplan.build("train.py", [], {}, HOSTS, hostvars(), tmp_path, batch_nodes=1)
+    one, _source = tfplan.build("train.py", [], {}, HOSTS, hostvars(), tmp_path, batch_nodes=1)
     assert one.nodes[0].slots == 1 and one.nodes[0].interface is None
-    given, _ = tfplan.build("train.py", [], {"interface": "eth0"}, HOSTS, hostvars(), tmp_path, batch_nodes=2)
+    given, _source = tfplan.build("train.py", [], {"interface": "eth0"}, HOSTS, hostvars(), tmp_path, batch_nodes=2)
     assert {n.interface for n in given.nodes} == {"eth0"}
 
 
 def test_render_turns_a_plan_error_into_a_render_error(cache):
-    plan, _ = tfplan.build("train.py", [], {"env_set": {"RANK": "1"}}, HOSTS, hostvars(), cache)
+    plan, _source = tfplan.build("train.py", [], {"env_set": {"RANK": "1"}}, HOSTS, hostvars(), cache)
     with pytest.raises(RenderError, match="env_set: RANK is set by torchfleet itself"):
         tfplan.render(plan)
 
 
 def test_as_json_names_the_parts(cache):
-    plan, _ = tfplan.build("train.py", ["a b"], {"run_id": "r", "nproc_per_node": 2,
-                                                 "env_secrets": ["WANDB_API_KEY"]}, HOSTS, hostvars(), cache)
+    plan, _source = tfplan.build("train.py", ["a b"], {"run_id": "r", "nproc_per_node": 2,
+                                                       "env_secrets": ["WANDB_API_KEY"]}, HOSTS, hostvars(), cache)
     data = tfplan.as_json(plan, tfplan.render(plan), "facts")
     assert data["head"] == "gpu01" and data["run_id"] == "r" and data["source"] == "facts" and data["mode"] == "torchrun"
     assert data["nodes"] == ["gpu01", "gpu02"] and data["nproc_per_node"] == 2 and data["world_size"] == 4
     assert data["hostfile"] == "10.9.0.11 slots=2\n10.9.0.12 slots=2\n"
     assert data["argv"][-1] == "a b" and data["env"]["WANDB_API_KEY"] == "<redacted>"
     json.dumps(data)
-    rank, _ = tfplan.build("train.py", [], {"launch_mode": "rank"}, HOSTS, hostvars(), cache)
+    rank, _source = tfplan.build("train.py", [], {"launch_mode": "rank"}, HOSTS, hostvars(), cache)
     assert tfplan.as_json(rank, tfplan.render(rank), "facts")["nproc_per_node"] is None
 
 
 def test_as_text_is_a_script_a_shell_reads_as_it_is(cache):
-    plan, _ = tfplan.build("train.py", ["$(rm -rf ~)"], {"run_id": "r", "env_pass": ["HF_HOME"], "cluster_user_name": "trainer",
-                                                         "env_secrets": ["WANDB_API_KEY"],
-                                                         "env_set": {"MSG": "it's"}}, HOSTS, hostvars(), cache)
+    plan, _source = tfplan.build("train.py", ["$(rm -rf ~)"], {"run_id": "r", "env_pass": ["HF_HOME"], "cluster_user_name": "trainer",
+                                                               "env_secrets": ["WANDB_API_KEY"],
+                                                               "env_set": {"MSG": "it's"}}, HOSTS, hostvars(), cache)
     rendered = tfplan.render(plan)
     text = tfplan.as_text(plan, rendered, "facts")
     lines = text.splitlines()

@@ -50,4 +50,4 @@ def test_run_json_keeps_the_request_without_its_secrets_or_files():
     kept = lr.stored(request)
     assert kept["env_secrets"] == ["WANDB_API_KEY"] and "file_contents" not in kept
     assert "s3cret" not in json.dumps(kept) and kept["max_restarts"] == 2
-    assert set(kept) == {name for name in request.__dataclass_fields__} - {"file_contents"}
+    assert set(kept) == set(request.__dataclass_fields__) - {"file_contents"}

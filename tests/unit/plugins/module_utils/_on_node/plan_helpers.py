@@ -1,5 +1,7 @@
 """Launch plans for the tests of the renderer and its checks."""
 
+from __future__ import annotations
+
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import SHELL, Node, Plan
 
 HOSTFILE = "/home/train/.torchfleet/runs/run-1/hostfile"

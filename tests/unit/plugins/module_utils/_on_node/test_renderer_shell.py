@@ -83,7 +83,6 @@ def test_torchrun_mode_user_args_arrive_byte_for_byte(tmp_path, fake_program):
     assert list(tmp_path.iterdir()) == [Path(fake_program).parent]  # nothing else created
 
 
-
 def test_torchrun_extra_args_reach_torchrun_before_the_script_as_given(tmp_path, fake_program):
     marker = tmp_path / "pwned"
     extra = ("--monitor-interval=1", "--local-ranks-filter", "0", f"$(touch {marker})")
@@ -92,6 +91,7 @@ def test_torchrun_extra_args_reach_torchrun_before_the_script_as_given(tmp_path,
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["argv"][-7:] == [*extra, "/opt/tf/train.py", "--epochs", "3"]
     assert not marker.exists()
+
 
 def test_one_node_standalone_runs(tmp_path, fake_program):
     rendered = render(make_plan(nodes=(node(1, slots=3),), torchrun=fake_program,

@@ -77,7 +77,7 @@ def test_a_pending_job_times_out_as_a_popen_does_and_its_reason_is_recorded_once
     run = a_run(tmp_path)
     job = new_job(run)
     scontrol.answers = [{"JobState": "PENDING", "Reason": "Resources"}]
-    for _ in range(2):
+    for _attempt in range(2):
         with pytest.raises(subprocess.TimeoutExpired):
             job.wait(1)
     assert job.returncode is None and not job.started
@@ -94,7 +94,7 @@ def test_slurm_is_asked_at_most_once_a_poll(tmp_path, scontrol, monkeypatch):
     job.POLL = 3600.0
     slept = []
     monkeypatch.setattr(slurm_job.time, "sleep", slept.append)
-    for _ in range(3):
+    for _attempt in range(3):
         with pytest.raises(subprocess.TimeoutExpired):
             job.wait(0.5)
     assert scontrol.asked == 1 and slept == [0.5, 0.5]
@@ -116,7 +116,7 @@ def test_an_ended_job_gives_its_returncode(tmp_path, scontrol, info, code):
 def test_an_unanswered_question_keeps_the_last_answer(tmp_path, scontrol):
     job = new_job(a_run(tmp_path))
     scontrol.answers = [{"JobState": "RUNNING", "NodeList": "c2"}, {}]
-    for _ in range(2):
+    for _attempt in range(2):
         with pytest.raises(subprocess.TimeoutExpired):
             job.wait(1)
     assert job.latest == {"JobState": "RUNNING", "NodeList": "c2"} and job.returncode is None
@@ -128,7 +128,7 @@ def test_a_running_job_records_its_nodes_in_rank_order_once(tmp_path, scontrol):
     job = new_job(run)
     scontrol.answers = [{"JobState": "RUNNING", "Reason": "None", "BatchHost": "c1", "NodeList": "c[1-2]"},
                         {"JobState": "COMPLETING", "Reason": "None", "NodeList": "c[1-2]"}]
-    for _ in range(2):
+    for _attempt in range(2):
         with pytest.raises(subprocess.TimeoutExpired):
             job.wait(1)
     assert job.started and run.allocations == [["c1", "c2"]]  # asked once
@@ -234,5 +234,5 @@ def test_next_job_without_exclusions_passes_none(tmp_path):
     plan = Plan(nodes=(Node("a", "10.0.0.1", 2, "eth0"),), head="a", script="/s/train.py", run_id="r1",
                 hostfile_path=f"{tmp_path}/hostfile.1")
     argv = slurm_job.next_job(run, 1, plan, [])
-    assert not any(arg.startswith("--exclude") for arg in argv) and argv[-2:] == ["--open-mode=append",
-                                                                                    f"{tmp_path}/job.1.sbatch"]
+    assert not any(arg.startswith("--exclude") for arg in argv)
+    assert argv[-2:] == ["--open-mode=append", f"{tmp_path}/job.1.sbatch"]
