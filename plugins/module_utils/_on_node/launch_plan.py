@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import MappingProxyType
 
@@ -86,24 +86,6 @@ class Plan:
     mpich_launcher: str | None = None  # mpich mode: which mpiexec, one of MPICH_LAUNCHERS
 
 
-def plan_to_dict(plan: Plan) -> dict:
-    """The plan as JSON holds it (the supervisor's run.json), for plan_from_dict."""
-    data = {key.name: getattr(plan, key.name) for key in fields(plan)}
-    data["nodes"] = [vars(node).copy() for node in plan.nodes]
-    data["env_set"] = dict(plan.env_set)
-    return {key: list(value) if isinstance(value, tuple) else value for key, value in data.items()}
-
-
-def plan_from_dict(data: Mapping) -> Plan:
-    """A plan from plan_to_dict's form: what a restart renders again, on other nodes."""
-    values = dict(data)
-    values["nodes"] = tuple(Node(**node) for node in values["nodes"])
-    values["env_set"] = MappingProxyType(dict(values.get("env_set") or {}))
-    for key in ("script_args", "env_pass", "env_secrets", "mpirun_extra_args", "torchrun_extra_args"):
-        values[key] = tuple(values.get(key) or ())
-    return Plan(**values)
-
-
 def node_slots(gpu_count, nproc_per_node) -> int:
     """A node's workers: nproc_per_node, or with auto one per GPU and one on a node without GPUs."""
     if str(nproc_per_node) == "auto":
@@ -125,9 +107,6 @@ def run_log_dirs(run_dir: str, mode: str) -> tuple[str | None, str | None]:
     ranks = f"{run_dir}/ranks" if mode != "mpich" else None
     workers = f"{run_dir}/workers" if mode != "rank" else None
     return ranks, workers
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def by_pals(request) -> bool:

@@ -1,10 +1,9 @@
-"""Unit tests for plugins/module_utils/_on_node/launch_plan.py: run ids, a plan's JSON form for a
-restart, and the renderer's files kept pure."""
+"""Unit tests for plugins/module_utils/_on_node/launch_plan.py: run ids, the plan a restart renders
+from the run's own request, and the renderer's files kept pure."""
 
 from __future__ import annotations
 
 import ast
-import json
 from datetime import datetime
 from pathlib import Path
 
@@ -46,14 +45,6 @@ def test_user_run_ids_follow_the_renderer_rule(run_id):
     with pytest.raises(PlanError, match="run_id"):
         render(Plan(nodes=(Node("a", "10.0.0.1", 1),), head="a", script="t.py", run_id=run_id,
                     hostfile_path="/tmp/h"))
-
-
-def test_a_plan_survives_its_json_form_for_a_restart():
-    plan = lp.Plan(nodes=(lp.Node("a", "10.0.0.1", 2, "eth0"), lp.Node("b", "10.0.0.2", 2, "eth0")), head="a",
-                   script="/s/train.py", run_id="tf-1", hostfile_path="/r/hostfile", script_args=("--x", "1"),
-                   env_set={"A": "1"}, env_pass=("PATH",), mpirun_extra_args=("--mca", "x", "y"))
-    again = lp.plan_from_dict(json.loads(json.dumps(lp.plan_to_dict(plan))))
-    assert again == plan and render(again).argv == render(plan).argv
 
 
 def test_an_attempt_renders_the_runs_own_request_as_the_launch_resolved_it(supervisor_plan):
