@@ -116,15 +116,19 @@ def test_rank_mode_shape_with_uneven_slots():
     assert rendered.world_size == 6
 
 
+# What each node's sh runs in mpich mode, with either mpiexec (PALS or Hydra).
+MPICH_SCRIPT = ('exec /opt/env/bin/torchrun --nnodes=3'
+                ' --node-rank="${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}" --nproc-per-node=2'
+                ' --rdzv-backend=static --rdzv-endpoint=172.18.0.2:29500 --rdzv-id=run-1'
+                ' /opt/tf/train.py "$@"')
+
+
 def test_mpich_mode_exact_argv():
     rendered = render(make_plan(mode="mpich", torchrun="/opt/env/bin/torchrun"))
     assert rendered.argv == [
         "mpiexec", "-n", "3", "--ppn", "1", "--cpu-bind", "none", "--hostfile", HOSTFILE,
         "--envall", "/bin/sh", "-c",
-        'exec /opt/env/bin/torchrun --nnodes=3'
-        ' --node-rank="${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}" --nproc-per-node=2'
-        ' --rdzv-backend=static --rdzv-endpoint=172.18.0.2:29500 --rdzv-id=run-1'
-        ' /opt/tf/train.py "$@"',
+        MPICH_SCRIPT,
         "torchfleet",
     ]
     assert rendered.hostfile == "172.18.0.2\n172.18.0.3\n172.18.0.4\n"
@@ -137,10 +141,7 @@ def test_hydra_flavour_exact_argv():
     assert rendered.argv == [
         "/usr/bin/mpiexec.hydra", "-launcher", "ssh", "-n", "3", "-ppn", "1", "-f", HOSTFILE,
         "-bind-to", "none", "-genvall", "-iface", "eth0", "-prepend-rank", "/bin/sh", "-c",
-        'exec /opt/env/bin/torchrun --nnodes=3'
-        ' --node-rank="${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}" --nproc-per-node=2'
-        ' --rdzv-backend=static --rdzv-endpoint=172.18.0.2:29500 --rdzv-id=run-1'
-        ' /opt/tf/train.py "$@"',
+        MPICH_SCRIPT,
         "torchfleet",
     ]
     assert rendered.hostfile == "172.18.0.2\n172.18.0.3\n172.18.0.4\n"
