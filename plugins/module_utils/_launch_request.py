@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import functools
 from collections.abc import Mapping
+from types import SimpleNamespace
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_schema import Option
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS
@@ -43,13 +44,14 @@ LaunchRequest.__doc__ = ("A launch: every option of the torchrun_launch module (
                          "default where not given.")
 
 
-def stored(request: LaunchRequest) -> dict:
-    """The request as run.json keeps it for the run's supervisor: no secret value (env_secrets'
-    names only) and not the files' contents (their digests are in the plan's node_checks)."""
+def stored(request: LaunchRequest) -> SimpleNamespace:
+    """The request as run.json keeps it for the run's supervisor, and as the supervisor reads it
+    back (SupervisorPlan.request): no secret value (env_secrets' names only) and not the files'
+    contents (their digests are in the plan's node_checks)."""
     kept = dataclasses.asdict(request)
     kept["env_secrets"] = sorted(request.env_secrets or ())
     kept.pop("file_contents", None)
-    return kept
+    return SimpleNamespace(**kept)
 
 
 def head_reaches_nodes(request: LaunchRequest) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from types import SimpleNamespace
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.fanout import probe_nodes
@@ -71,8 +70,7 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
                              f"most {nodes}, or 0 for the run's own ({plan.fewest_nodes})")
     # The ssh masters of the run's launch are long closed: every ssh connects by itself.
     # The run's request as this version takes it (an option added since at its default).
-    request = SimpleNamespace(**stored(LaunchRequest.of(
-        {**vars(plan.request), "max_restarts": p["max_restarts"] or plan.request.max_restarts})))
+    request = stored(LaunchRequest.of({**vars(plan.request), "max_restarts": p["max_restarts"] or plan.request.max_restarts}))
     return dataclasses.replace(plan, request=request, attempts_before=len(attempts), fewest_nodes=min_nodes,
                                node_dirs=True, control_dir=None)
 

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from types import SimpleNamespace
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock, _on_node
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import supervisor
@@ -365,7 +364,7 @@ def start_run(module, request, control_dir):
         module.fail_json(msg=f"not in the launcher's environment: {', '.join(absent)}", **result)
     by_name = {node.name: node for node in plan.nodes}
     supervisor_plan = SupervisorPlan(
-        run_id=run_id, request=SimpleNamespace(**stored(request)), argv=sbatch if slurm else rendered.argv, cwd=request.chdir,
+        run_id=run_id, request=stored(request), argv=sbatch if slurm else rendered.argv, cwd=request.chdir,
         command=result["command"], nodes=[vars(by_name[name]) for name in rendered.nodes],
         nproc=plan.nproc_per_node or by_name[plan.head].slots, world_size=rendered.world_size,
         ssh=module.get_bin_path("ssh") if len(plan.nodes) > 1 else None, control_dir=control_dir,

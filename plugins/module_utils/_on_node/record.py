@@ -195,8 +195,7 @@ class SupervisorPlan:
         return cls(**{**values, "request": SimpleNamespace(**values["request"])})
 
     def to_json(self) -> str:
-        request = self.request if isinstance(self.request, dict) else vars(self.request)
-        return json.dumps({**asdict(replace(self, request=None)), "request": request}, indent=1)
+        return json.dumps({**asdict(replace(self, request=None)), "request": vars(self.request)}, indent=1)
 
 
 def request_value(plan: dict, key: str):

@@ -1,7 +1,6 @@
 """A supervisor's plan (run.json) for the tests of the launch module's side and of the head's."""
 
 from dataclasses import fields
-from types import SimpleNamespace
 
 import pytest
 
@@ -24,5 +23,5 @@ def supervisor_plan():
                   "paths": {"run": "/r/r1", "launcher": "/r/r1/launcher.log", "ranks": "", "workers": "/r/r1/workers"}}
         for key, value in changes.items():
             (values if key in PLAN_FIELDS else request)[key] = value
-        return SupervisorPlan(request=SimpleNamespace(**stored(LaunchRequest.of(request))), **values)
+        return SupervisorPlan(request=stored(LaunchRequest.of(request)), **values)
     return plan

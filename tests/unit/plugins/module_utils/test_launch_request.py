@@ -47,7 +47,7 @@ def test_mpirun_rides_the_heads_ssh_only_where_it_uses_it():
 def test_run_json_keeps_the_request_without_its_secrets_or_files():
     request = lr.LaunchRequest.of({"nodes": NODES, "env_secrets": {"WANDB_API_KEY": "s3cret"},
                                    "file_contents": {"/s/train.py": "cHJpbnQoKQ=="}, "max_restarts": 2})
-    kept = lr.stored(request)
+    kept = vars(lr.stored(request))
     assert kept["env_secrets"] == ["WANDB_API_KEY"] and "file_contents" not in kept
     assert "s3cret" not in json.dumps(kept) and kept["max_restarts"] == 2
     assert set(kept) == set(request.__dataclass_fields__) - {"file_contents"}
