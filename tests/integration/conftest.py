@@ -1,5 +1,7 @@
 """Fixtures of the tests that run on real containers."""
 
+import os
+
 import pytest
 
 from ready_cluster import Cluster
@@ -7,8 +9,11 @@ from ready_cluster import Cluster
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    """Three nodes, set up once for the session (setup.yml takes minutes on a fresh node)."""
-    ready = Cluster(tmp_path_factory.mktemp("cluster"))
+    """Three nodes, set up once for the session (setup.yml takes minutes on a fresh node); under
+    pytest-xdist the workers' clusters start from the first one's set-up nodes."""
+    # pytest-xdist's workers keep their temporary directories side by side, in one of the session's.
+    shared = tmp_path_factory.getbasetemp().parent if os.environ.get("PYTEST_XDIST_WORKER") else None
+    ready = Cluster(tmp_path_factory.mktemp("cluster"), shared)
     ready.up()
     yield ready
     ready.down()
