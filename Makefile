@@ -25,9 +25,9 @@ demo: $(BIN)/torchfleet
 	ansible-playbook launch.yml -e script=examples/train.py -e nproc_per_node=2
 
 # Every test: lint and ansible-test sanity beside the unit and cluster tests, then the Molecule
-# scenario. The checks take one core for a few minutes (most of it the sanity venvs' downloads
-# on a fresh clone), which the cluster tests, at 90 % of two cores, do not miss; lines of the two
-# jobs interleave, each line whole (-Oline).
+# scenario. The checks take one core, much of it waiting on the sanity venvs' downloads on a
+# fresh clone, beside tests that leave the cores a little idle (docs/performance.md); lines of
+# the two jobs interleave, each line whole (-Oline).
 test:
 	$(MAKE) --no-print-directory -j2 -Oline unit lint sanity
 	$(MAKE) --no-print-directory molecule
