@@ -42,11 +42,13 @@ def behind_bastion(cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bastion")
     given = yaml.safe_load(cluster.inventory.read_text())["all"]["children"]["cluster"]
     key = given["vars"]["ansible_ssh_private_key_file"]
-    image = docker("inspect", "--format", "{{.Config.Image}}", NODES[0]).stdout.strip()
     docker("rm", "-f", BASTION)
     started = docker("run", "-d", "--name", BASTION, "--label", f"{devcluster.LABEL}={NAME}",
                      "--network", f"tf-{NAME}", "--cap-add", "NET_ADMIN", "--env",
-                     f"TORCHFLEET_AUTHORIZED_KEY={open(key + '.pub').read().strip()}", image)
+                     f"TORCHFLEET_AUTHORIZED_KEY={open(key + '.pub').read().strip()}",
+                     # The plain node image: a node's own may be a set-up node's snapshot, whose
+                     # slurmd refuses to start on a host its slurm.conf does not name.
+                     devcluster.IMAGE)
     assert started.returncode == 0, started.stderr
     try:
         bastion, bastion_keys = devcluster.node_facts(NAME, BASTION)  # waits for its sshd
