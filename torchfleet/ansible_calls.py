@@ -52,7 +52,7 @@ def ansible_env() -> dict[str, str]:
         "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(paths),
         "ANSIBLE_HOST_KEY_CHECKING": "True",  # ansible-runner turns it off unless told
         "ANSIBLE_GATHERING": "smart",
-        "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.jsonfile",
+        "ANSIBLE_CACHE_PLUGIN": "torchfleet.cluster.json_facts",
         "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(fact_cache_dir().resolve()),
         "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "86400",
         "ANSIBLE_INTERPRETER_PYTHON": "auto_silent",
@@ -185,7 +185,7 @@ def call(*, playbook: str | None = None, module: str | None = None, module_args:
         cmdline=shlex.join([a for i in inventories for a in ("-i", str(Path(i).resolve()))] + cmdline), envvars=ansible_env(), suppress_env_files=True,
         quiet=True, event_handler=progress, rotate_artifacts=1,
         # Not "jsonfile": ansible-runner would point the fact cache into its artifacts.
-        fact_cache_type="ansible.builtin.jsonfile",
+        fact_cache_type="torchfleet.cluster.json_facts",
     )
     if passwords:  # Ansible's prompts (-K, --ask-vault-pass), answered; never written to disk
         kwargs["passwords"] = passwords

@@ -184,14 +184,19 @@ def _untag(value):
 
 
 def read_facts(cache_dir: Path, host: str) -> dict | None:
-    """A host's facts from the jsonfile cache (`s1_HOST` of ansible-core 2.19, or plain `HOST`)."""
-    for name in (f"s1_{host}", host):
+    """A host's facts from the fact cache: plain `HOST` (torchfleet.cluster.json_facts, which the
+    playbooks use) or `s1_HOST` (ansible.builtin.jsonfile of ansible-core 2.19, where a user's own
+    configuration asks for it), whichever was written last."""
+    found = []
+    for name in (host, f"s1_{host}"):
         path = Path(cache_dir) / name
         try:
-            data = json.loads(path.read_text())
+            found.append((path.stat().st_mtime, json.loads(path.read_text())))
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and "__payload__" in data:
-            data = json.loads(data["__payload__"])
-        return _untag(data) if isinstance(data, dict) else None
-    return None
+    if not found:
+        return None
+    data = max(found, key=lambda item: item[0])[1]
+    if isinstance(data, dict) and "__payload__" in data:
+        data = json.loads(data["__payload__"])
+    return _untag(data) if isinstance(data, dict) else None

@@ -30,14 +30,14 @@ def tagged(value):
     return {"value": value, "tags": [], "__ansible_type": "_AnsibleTagged" + names[type(value)]}
 
 
-def write_facts(cache: Path, host: str, address: str, gpus: int, legacy: bool = False, **more):
+def write_facts(cache: Path, host: str, address: str, gpus: int, enveloped: bool = False, **more):
     facts = {"preflight_net": {"interface": "eth1", "address": address, "network": "10.9.0.0/24"},
              "preflight_gpu_count": gpus, "python_env_python": "/opt/env/bin/python",
              "python_env_torchrun": "/opt/env/bin/torchrun", "openmpi_mpirun": "/usr/bin/mpirun",
              **more}
     cache.mkdir(exist_ok=True)
-    if legacy:  # ansible-core before 2.19: plain JSON in a file named after the host
+    if not enveloped:  # torchfleet.cluster.json_facts (and jsonfile before 2.19): plain JSON named after the host
         (cache / host).write_text(json.dumps(facts))
-    else:  # 2.19: schema prefix, a JSON payload, tagged values
+    else:  # ansible.builtin.jsonfile of 2.19: schema prefix, a JSON payload, tagged values
         payload = {key: tagged(value) for key, value in facts.items()}
         (cache / f"s1_{host}").write_text(json.dumps({"__payload__": json.dumps(payload)}))

@@ -19,5 +19,5 @@ def project(tmp_path, monkeypatch):
     write_facts(cache, "gpu01", "10.9.0.11", 4,
                 cluster_user_account={"name": "trainer", "home": "/home/trainer",
                                       "scripts": "/home/trainer/torchfleet/scripts"})
-    write_facts(cache, "gpu02", "10.9.0.12", 4, legacy=True)
+    write_facts(cache, "gpu02", "10.9.0.12", 4, enveloped=True)
     return tmp_path
