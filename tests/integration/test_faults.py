@@ -36,9 +36,9 @@ from torchfleet.devcluster import DOMAIN
 pytestmark = pytest.mark.cluster
 NETWORK = f"tf-{NAME}"
 RUNS = "/home/torchfleet/torchfleet/runs"  # the training account's log_dir on every node
-# A run that trains until stopped (1000 epochs, 0.2 s asleep after every step), one worker per node.
+# A run that trains until stopped (1000 epochs of 5 steps, 0.8 s asleep after every step), one worker per node.
 LONG_RUN = ["-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e",
-            json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--sleep", "0.2", "--no-wandb",
+            json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--steps-per-epoch", "5", "--sleep", "0.8", "--no-wandb",
                                         "--out-dir", "/tmp"]})]
 # What of a run can live on a node: the launcher, Open MPI's daemon, torchrun, the workers.
 RUN_PROCESSES = r"_on_node\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
@@ -327,7 +327,7 @@ def test_a_node_cut_off_with_restarts_allowed_resumes_on_the_nodes_left_and_is_f
         "launch.yml", "-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
         "-e", "max_restarts=1", "-e", "min_nodes=2", "-e", f"launch_timeout={LAUNCH_TIMEOUT * 4}",
         "-e", f"launch_heartbeat_timeout={SHORT_TOLERANCE}",
-        "-e", json.dumps({"script_args": ["--use-syn", "--epochs", "14", "--sleep", "0.1", "--no-wandb",
+        "-e", json.dumps({"script_args": ["--use-syn", "--epochs", "14", "--steps-per-epoch", "5", "--sleep", "0.4", "--no-wandb",
                                           "--out-dir", checkpoint]})))
     state = f"{RUNS}/{run_id}/state.json"
 
@@ -395,7 +395,7 @@ def checkpointing_run(run_id):
     """train.py for 6 epochs (about 25 s), a checkpoint after each, where every node has one. A
     node is lost after the first checkpoint: the attempt cannot succeed without that node's ranks,
     and the one after it has the rest to do."""
-    return ["--use-syn", "--epochs", "6", "--sleep", "0.1", "--no-wandb", "--out-dir", f"/tmp/{run_id}"]
+    return ["--use-syn", "--epochs", "6", "--steps-per-epoch", "5", "--sleep", "0.4", "--no-wandb", "--out-dir", f"/tmp/{run_id}"]
 
 
 def head_record(run_id):

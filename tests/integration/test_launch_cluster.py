@@ -12,7 +12,7 @@ import pytest
 from ready_cluster import NODES, run
 
 pytestmark = pytest.mark.cluster
-LONG_RUN = json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--sleep", "0.2", "--no-wandb",
+LONG_RUN = json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--steps-per-epoch", "5", "--sleep", "0.8", "--no-wandb",
                                        "--out-dir", "/tmp"]})
 
 

@@ -117,7 +117,7 @@ def test_hydra_run_detaches_carries_the_environment_and_stops_leaving_nothing(mp
     argv = ["ansible-playbook", "launch.yml", "-i", str(mpich.inventory), "-e", "script=examples/train.py",
             *HYDRA, "-e", "detach=true", "-e", "run_id=hydra-stop",
             "-e", '{"env_secrets": ["TF_HYDRA_SECRET"], "env_set": {"TF_HYDRA_SET": "set-by-name"}}',
-            *script_args("--epochs", "100", "--sleep", "0.5")]
+            *script_args("--epochs", "100", "--steps-per-epoch", "5", "--sleep", "2")]
     started = run(argv, env=env, timeout=600)
     assert started.returncode == 0, started.stdout[-3000:]
     assert secret not in started.stdout + started.stderr
@@ -143,7 +143,7 @@ def test_hydra_run_detaches_carries_the_environment_and_stops_leaving_nothing(mp
 
 def test_hydra_run_past_its_timeout_is_stopped_leaving_nothing(mpich):
     rc, output = mpich.launch("-e", "script=examples/train.py", *HYDRA, "-e", "launch_timeout=30",
-                              *script_args("--epochs", "100", "--sleep", "0.5"))
+                              *script_args("--epochs", "100", "--steps-per-epoch", "5", "--sleep", "2"))
     assert rc != 0
     assert "outlived launch_timeout=30s and was stopped" in output, output[-3000:]
     for node in NODES:

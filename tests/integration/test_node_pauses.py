@@ -20,7 +20,7 @@ def blip_run(cluster, run_id, pause, *extra):
     launch = Background(cluster.popen_playbook(
         "launch.yml", "-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
         "-e", f"launch_timeout={LAUNCH_TIMEOUT * 4}", *extra,
-        "-e", json.dumps({"script_args": ["--use-syn", "--epochs", "12", "--sleep", "0.2", "--no-wandb",
+        "-e", json.dumps({"script_args": ["--use-syn", "--epochs", "12", "--steps-per-epoch", "5", "--sleep", "0.8", "--no-wandb",
                                           "--out-dir", f"/tmp/{run_id}"]})))
     try:
         wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint", launch)

@@ -30,7 +30,7 @@ def healing_run(cluster, run_id, epochs, *extra):
     return Background(cluster.popen_playbook(
         "launch.yml", "-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
         "-e", f"launch_timeout={LAUNCH_TIMEOUT * 5}", *extra,
-        "-e", json.dumps({"script_args": ["--use-syn", "--epochs", str(epochs), "--sleep", "0.2", "--no-wandb",
+        "-e", json.dumps({"script_args": ["--use-syn", "--epochs", str(epochs), "--steps-per-epoch", "5", "--sleep", "0.8", "--no-wandb",
                                           "--out-dir", f"/tmp/{run_id}"]})))
 
 

@@ -21,8 +21,8 @@ from ready_cluster import NODES, REPO, run
 
 pytestmark = pytest.mark.cluster
 BOB = "tfbob"
-ENDLESS = ["--use-syn", "--no-wandb", "--epochs", "1000", "--sleep", "0.2", "--out-dir", "/tmp"]
-SHORT = ["--use-syn", "--no-wandb", "--epochs", "2", "--sleep", "0.1", "--out-dir", "/tmp"]
+ENDLESS = ["--use-syn", "--no-wandb", "--epochs", "1000", "--steps-per-epoch", "5", "--sleep", "0.8", "--out-dir", "/tmp"]
+SHORT = ["--use-syn", "--no-wandb", "--epochs", "2", "--steps-per-epoch", "5", "--sleep", "0.4", "--out-dir", "/tmp"]
 RUNS = "/home/torchfleet/torchfleet/runs"
 LIMIT = 300
 
