@@ -24,13 +24,12 @@ demo: $(BIN)/torchfleet
 	ansible-playbook setup.yml -i inventory
 	ansible-playbook launch.yml -e script=examples/train.py -e nproc_per_node=2
 
-# Every test: lint and ansible-test sanity beside the unit and cluster tests, then the Molecule
-# scenario. The checks take one core, much of it waiting on the sanity venvs' downloads on a
-# fresh clone, beside tests that leave the cores a little idle (docs/performance.md); lines of
-# the two jobs interleave, each line whole (-Oline).
+# Every test: lint, ansible-test sanity and the Molecule scenario beside the unit and cluster
+# tests, three jobs at once. Their containers, names and networks are their own; sanity waits
+# much of its time on its venvs' downloads on a fresh clone, and the cluster tests leave the cores
+# a little idle (docs/performance.md). Lines of the jobs interleave, each line whole (-Oline).
 test:
-	$(MAKE) --no-print-directory -j2 -Oline unit lint sanity
-	$(MAKE) --no-print-directory molecule
+	$(MAKE) --no-print-directory -j3 -Oline unit lint sanity molecule
 
 # ansible-lint (production profile), every role's argument spec against its defaults, and the
 # launch role's spec, defaults, launch.yml's short names and run.yml's module options against
@@ -54,7 +53,7 @@ unit: image
 	@command -v mpirun >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq openmpi-bin; } || { echo "install Open MPI (openmpi-bin) for the tests"; exit 1; }
 	pytest tests/unit
-	pytest -n $(TEST_WORKERS) --dist loadfile tests/integration
+	pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration
 
 molecule: image
 	molecule test

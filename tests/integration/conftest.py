@@ -1,10 +1,37 @@
-"""Fixtures of the tests that run on real containers."""
+"""Fixtures of the tests that run on real containers, and the order their files run in."""
 
+import json
 import os
+import statistics
+from pathlib import Path
 
 import pytest
 
 from ready_cluster import Cluster
+
+# The last measured run of these tests (bench/cluster_tests_cpu.py): each test's seconds.
+MEASURED = Path(__file__).resolve().parents[2] / "bench" / "results" / "cluster_tests_cpu"
+
+
+def file_seconds():
+    """{test file: seconds its tests took in the measured run}, leaving out each worker's first
+    test, which holds that worker's cluster setup."""
+    seconds = {}
+    for record in sorted(MEASURED.glob("*.jsonl")):
+        for line in record.read_text().splitlines()[1:]:
+            test = json.loads(line)
+            name = Path(test["test"].split("::")[0]).name
+            seconds[name] = seconds.get(name, 0.0) + test["wall"]
+    return seconds
+
+
+def pytest_collection_modifyitems(items):
+    """The longest files first: pytest-xdist's workers take whole files (--dist loadfile, with
+    --no-loadscope-reorder) in this order as each finishes one, so they run out of work
+    together, not one alone for a long last file. A file not measured yet counts as a middling one."""
+    seconds = file_seconds()
+    default = statistics.median(seconds.values()) if seconds else 0.0
+    items.sort(key=lambda item: -seconds.get(item.path.name, default))  # stable: a file's own order stays
 
 
 @pytest.fixture(scope="session")
