@@ -1,7 +1,8 @@
-"""What the benchmarks share: a command run and timed from the checkout's root, a play recap read,
-the commit measured."""
+"""What the benchmarks share: a command run and timed from the checkout's root (with the CPU it
+cost the controller and the nodes), a play recap read, the commit measured."""
 
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -20,6 +21,34 @@ def run_timed(argv, env=None, cwd=REPO):
         sys.exit(f"{' '.join(argv[:2])} failed (rc {result.returncode}):\n{result.stdout[-3000:]}\n"
                  f"{result.stderr[-2000:]}")
     return elapsed, result
+
+
+def node_cpu_seconds(containers):
+    """CPU time the containers have used so far (cgroup v1 cpuacct, else v2 cpu.stat)."""
+    total = 0.0
+    for container in containers:
+        cid = subprocess.run(["docker", "inspect", "-f", "{{.Id}}", container], capture_output=True, text=True,
+                             check=False).stdout.strip()
+        if not cid:  # gone: an empty id would name the cgroup of every container
+            continue
+        v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
+        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
+        if v1.exists():
+            total += int(v1.read_text()) / 1e9
+        elif v2.exists():
+            total += int(re.search(r"usage_usec (\d+)", v2.read_text()).group(1)) / 1e6
+    return total
+
+
+def timed(argv, env, containers):
+    """Wall time, the controller's CPU time (ansible-playbook and its ssh children) and the nodes',
+    and the run's result."""
+    nodes_before = node_cpu_seconds(containers)
+    mine_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    elapsed, result = run_timed(argv, env)
+    mine = resource.getrusage(resource.RUSAGE_CHILDREN)
+    controller = mine.ru_utime + mine.ru_stime - mine_before.ru_utime - mine_before.ru_stime
+    return elapsed, round(controller, 2), round(node_cpu_seconds(containers) - nodes_before, 2), result
 
 
 def recap(output):

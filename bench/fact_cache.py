@@ -4,7 +4,7 @@ Each round runs the same playbook twice on a set-up cluster, once with each cach
 with a directory of its own, filled by a first run that is not counted): setup.yml, which changes
 nothing, and launch.yml of a one-step job. For each it records the wall time, the controller's
 CPU (ansible-playbook, its forks and ssh: the children this script waited for) and the CPU of the
-local cluster's containers, and prints medians and the ratios json_facts / jsonfile.
+cluster's containers (the inventory's hosts), and prints medians and the ratios json_facts / jsonfile.
 
     python bench/fact_cache.py -i inventory/local.yml --rounds 3 [-e VAR=VALUE for setup.yml]
 
@@ -15,32 +15,23 @@ checkout's root), on this machine's Docker for the containers' CPU.
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import REPO, commit, run_timed  # bench/ is the script's directory, first on sys.path
+import yaml
+
+from benchlib import REPO, commit, run_timed, timed  # bench/ is the script's directory, first on sys.path
 
 PLUGINS = {"jsonfile": "ansible.builtin.jsonfile", "json_facts": "torchfleet.cluster.json_facts"}
-DOCKER_CPU = Path("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage")  # cgroup v1; absent: not counted
 LAUNCH = ["-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e", json.dumps(
     {"script_args": ["--use-syn", "--epochs", "1", "--steps-per-epoch", "1", "--no-wandb", "--out-dir", "/tmp"]})]
 
 
-def containers_cpu():
-    return int(DOCKER_CPU.read_text()) / 1e9 if DOCKER_CPU.exists() else 0.0
-
-
-def measured(argv, env):
-    """(wall s, controller CPU s, containers' CPU s) of one run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    inside = containers_cpu()
-    wall = run_timed(argv, env=env)[0]
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    controller = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    return wall, round(controller, 2), round(containers_cpu() - inside, 2)
+def inventory_hosts(path):
+    """The cluster group's hosts: on a local cluster, the containers' names."""
+    return list(yaml.safe_load(Path(path).read_text())["all"]["children"]["cluster"]["hosts"])
 
 
 def main():
@@ -54,13 +45,15 @@ def main():
     envs = {name: dict(os.environ, ANSIBLE_CACHE_PLUGIN=plugin, ANSIBLE_CACHE_PLUGIN_CONNECTION=caches[name])
             for name, plugin in PLUGINS.items()}
     playbooks = {"setup": ["setup.yml", *extra], "launch": ["launch.yml", *LAUNCH]}
+    containers = inventory_hosts(args.inventory)
     for name in PLUGINS:  # fills each cache; not counted
         run_timed(["ansible-playbook", "-i", args.inventory, *playbooks["setup"]], env=envs[name])
     figures = {(playbook, name): [] for playbook in playbooks for name in PLUGINS}
     for number in range(args.rounds):
         for playbook, argv in playbooks.items():
             for name in PLUGINS:
-                figures[(playbook, name)].append(measured(["ansible-playbook", "-i", args.inventory, *argv], envs[name]))
+                figures[(playbook, name)].append(
+                    timed(["ansible-playbook", "-i", args.inventory, *argv], envs[name], containers)[:3])
                 print(f"round {number + 1} {playbook} {name}: wall, controller, containers {figures[(playbook, name)][-1]}",
                       file=sys.stderr)
     report = {"commit": commit(), "rounds": args.rounds, "inventory": args.inventory, "results": {}}

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from benchlib import REPO, commit, run_timed  # bench/ is the script's directory, first on sys.path
+from benchlib import REPO, commit, timed  # bench/ is the script's directory, first on sys.path
 sys.path.insert(0, str(REPO))
 from torchfleet import devcluster  # noqa: E402
 
@@ -73,30 +72,6 @@ def bake_image():
         sh(["docker", "rm", "-f", baker])
 
 
-def node_cpu_seconds(containers):
-    """CPU time the containers have used so far (cgroup v1 cpuacct, else v2 cpu.stat)."""
-    total = 0.0
-    for container in containers:
-        cid = sh(["docker", "inspect", "-f", "{{.Id}}", container]).stdout.strip()
-        v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
-        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
-        if v1.exists():
-            total += int(v1.read_text()) / 1e9
-        elif v2.exists():
-            total += int(re.search(r"usage_usec (\d+)", v2.read_text()).group(1)) / 1e6
-    return total
-
-
-def timed(argv, env, containers):
-    """Wall time, the controller's CPU time (ansible-playbook and its ssh children) and the nodes'."""
-    nodes_before = node_cpu_seconds(containers)
-    mine_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    elapsed, result = run_timed(argv, env)
-    mine = resource.getrusage(resource.RUSAGE_CHILDREN)
-    controller = mine.ru_utime + mine.ru_stime - mine_before.ru_utime - mine_before.ru_stime
-    return elapsed, round(controller, 2), round(node_cpu_seconds(containers) - nodes_before, 2), result.stdout
-
-
 def known_hosts_lines(container):
     """Lines in torchfleet's managed block of the node's /etc/ssh/ssh_known_hosts."""
     text = sh(["docker", "exec", container, "cat", "/etc/ssh/ssh_known_hosts"]).stdout
@@ -119,14 +94,14 @@ def measure(size, work):
     containers_up = round(time.monotonic() - started, 3)
     key = ["-e", f"ssh_trust_key_file={work / 'keys' / 'cluster_ed25519'}"]
     containers = [f"tf-{NAME}-node{i}" for i in range(size)]
-    setup, setup_controller, setup_nodes, out = timed(
+    setup, setup_controller, setup_nodes = timed(
         ["ansible-playbook", "setup.yml", "-i", str(inventory), *key,
-         "-e", "python_env_engine=none", "-e", "nccl_source=none"], env, containers)
-    launch, launch_controller, launch_nodes, out = timed(
+         "-e", "python_env_engine=none", "-e", "nccl_source=none"], env, containers)[:3]
+    launch, launch_controller, launch_nodes, result = timed(
         ["ansible-playbook", "launch.yml", "-i", str(inventory), "-e", "script=bench/tiny_rank.py",
          "-e", "launch_mode=rank", "-e", "nproc_per_node=1", "-v"], env, containers)
     # The module's result (shown with -v) has the world size of the run.
-    world = [int(w) for w in re.findall(r'"world_size": (\d+)', out)]
+    world = [int(w) for w in re.findall(r'"world_size": (\d+)', result.stdout)]
     lines = [known_hosts_lines(f"tf-{NAME}-node{i}") for i in (0, size - 1)]
     return {"nodes": size, "containers_up_s": containers_up, "setup_s": setup, "launch_s": launch,
             # Here every node shares this machine's cores: CPU time shows what a real cluster,
