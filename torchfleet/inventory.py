@@ -191,12 +191,16 @@ def read_facts(cache_dir: Path, host: str) -> dict | None:
     for name in (host, f"s1_{host}"):
         path = Path(cache_dir) / name
         try:
-            found.append((path.stat().st_mtime, json.loads(path.read_text())))
+            found.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    # The newer first; the other only where the newer cannot be read.
+    for _mtime, path in sorted(found, key=lambda item: item[0], reverse=True):
+        try:
+            data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-    if not found:
-        return None
-    data = max(found, key=lambda item: item[0])[1]
-    if isinstance(data, dict) and "__payload__" in data:
-        data = json.loads(data["__payload__"])
-    return _untag(data) if isinstance(data, dict) else None
+        if isinstance(data, dict) and "__payload__" in data:
+            data = json.loads(data["__payload__"])
+        return _untag(data) if isinstance(data, dict) else None
+    return None

@@ -53,21 +53,17 @@ options:
 
 import json
 
-from ansible.plugins.cache import BaseFileCacheModule
+from ansible.plugins.cache.jsonfile import CacheModule as JsonFileCacheModule
 
 
-class CacheModule(BaseFileCacheModule):
-    """Facts in plain JSON files: a file is read at the first lookup of its host in a run, and
-    the facts set in a run are kept as given (the base class writes each file whole, through a
-    temporary file)."""
+class CacheModule(JsonFileCacheModule):
+    """ansible.builtin.jsonfile without the envelope: a file is read (by jsonfile's own loader) at
+    the first lookup of its host in a run, and the facts set in a run are kept as given (the base
+    class writes each file whole, through a temporary file)."""
 
     # Not "persistent" to ansible-core 2.19: that word makes it wrap the plugin in the data-tag
     # envelope and decode it at every lookup. The files persist all the same.
     _persistent = False
-
-    def _load(self, filepath):
-        with open(filepath, encoding="utf-8") as cached:
-            return json.load(cached)
 
     def _dump(self, value, filepath):
         # Tagged values are subclasses of str, int, dict and list, written as those; anything

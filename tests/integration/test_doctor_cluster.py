@@ -121,4 +121,4 @@ def test_four_things_broken_on_three_nodes_are_each_named_and_nothing_else(healt
         docker_exec(OTHER, ENV_PYTHON, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheelhouse,
                     f"mpmath=={version}")
         for node, pidfile in ((HEAD, "/tmp/doctor-port.pid"), (WORKER, "/tmp/doctor-stale.pid")):
-            run(["docker", "exec", node, "sh", "-c", f"[ ! -f {pidfile} ] || {{ kill $(cat {pidfile}); rm {pidfile}; }}"], timeout=60)
+            docker_exec(node, "sh", "-c", f"[ ! -f {pidfile} ] || {{ kill $(cat {pidfile}); rm {pidfile}; }}")
