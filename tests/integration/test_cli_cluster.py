@@ -16,6 +16,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = ["--epochs", "1", "--use-syn", "--no-wandb"]
+# Where a test proves what torchfleet does with a run, not training: ranks that print and sleep,
+# with no torch to import (ticker.py says why).
+TICKER = "tests/integration/ticker.py"
 
 pytestmark = pytest.mark.cluster
 
@@ -52,9 +55,9 @@ def test_launch_prints_rank0_report(target):
 
 
 def test_failed_rank_gives_its_own_exit_code_and_names_it(target):
-    result = torchfleet(target, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--json",
-                        "--", *TRAIN, "--fail-on-rank", "1")
-    assert result.returncode == 3  # train.py's --fail-on-rank exits with 3
+    result = torchfleet(target, "launch", TICKER, "-e", "nproc_per_node=1", "--json",
+                        "--", "--ticks", "5", "--sleep", "0.2", "--fail-on-rank", "1")
+    assert result.returncode == 3  # ticker.py's --fail-on-rank exits with 3
     assert "rank 1 on " in result.stderr
     data = json.loads(result.stdout)
     assert data["result"]["failed_rank"] == 1 and data["rc"] == result.returncode
@@ -101,8 +104,8 @@ def test_script_args_arrive_byte_for_byte_and_secrets_stay_off_disk(target, tmp_
 def test_failed_run_keeps_no_secret_in_its_record_or_logs(target):
     inventory, env = target
     env = dict(env, TF_TEST_SECRET="s3cret-value-that-must-not-leak")
-    result = torchfleet((inventory, env), "launch", "examples/train.py", "-e", "nproc_per_node=1",
-                        "-e", '{"env_secrets": ["TF_TEST_SECRET"]}', "--json", "--", *TRAIN,
+    result = torchfleet((inventory, env), "launch", TICKER, "-e", "nproc_per_node=1",
+                        "-e", '{"env_secrets": ["TF_TEST_SECRET"]}', "--json", "--", "--ticks", "5", "--sleep", "0.2",
                         "--fail-on-rank", "2")
     data = json.loads(result.stdout)
     assert result.returncode == 3 and data["result"]["failed_rank"] == 2
@@ -110,7 +113,7 @@ def test_failed_run_keeps_no_secret_in_its_record_or_logs(target):
     assert "s3cret-value" not in result.stdout + result.stderr
     # The run's directory on the head (record, plan, logs): the value travels in environments only.
     logs = torchfleet((inventory, env), "logs", data["run_id"], "--all-ranks")
-    assert logs.returncode == 0 and "TORCHFLEET_FAIL rank=2" in logs.stdout
+    assert logs.returncode == 0 and "TICKER_FAIL rank=2" in logs.stdout
     assert "s3cret-value" not in logs.stdout + logs.stderr
     if not os.environ.get("TORCHFLEET_TEST_INVENTORY"):
         from ready_cluster import NODES
@@ -121,8 +124,8 @@ def test_failed_run_keeps_no_secret_in_its_record_or_logs(target):
 
 def test_status_stop_and_logs(target):
     inventory, env = target
-    argv = [sys.executable, "-m", "torchfleet", "launch", "examples/train.py", "-i", inventory,
-            "-e", "nproc_per_node=1", "--", "--epochs", "1000", "--use-syn", "--no-wandb"]
+    argv = [sys.executable, "-m", "torchfleet", "launch", TICKER, "-i", inventory,
+            "-e", "nproc_per_node=1", "--", "--ticks", "1000"]
     long_run = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     try:

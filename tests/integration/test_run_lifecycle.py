@@ -22,11 +22,15 @@ pytestmark = pytest.mark.cluster
 HEAD = NODES[0]
 RUNS = "/home/torchfleet/torchfleet/runs"
 # What of a run can live on a node: its supervisor, the launcher, Open MPI's daemon, torchrun, workers.
-RUN_PROCESSES = r"_on_node\.(supervisor|guardian)|train\.py|torchrun|orted|mpirun"
-# Training that takes a while but ends by itself: 1 worker per node, 5 steps an epoch, 0.4 s asleep
-# after each (the same seconds as 20 steps and 0.1 s, for a quarter of the steps' CPU).
-SHORT = ["--use-syn", "--no-wandb", "--epochs", "4", "--steps-per-epoch", "5", "--sleep", "0.4", "--out-dir", "/tmp"]
-ENDLESS = ["--use-syn", "--no-wandb", "--epochs", "1000", "--steps-per-epoch", "5", "--sleep", "0.8", "--out-dir", "/tmp"]
+RUN_PROCESSES = r"_on_node\.(supervisor|guardian)|train\.py|ticker\.py|torchrun|orted|mpirun"
+# Training that ends by itself: 1 worker per node, 5 steps an epoch, 0.4 s asleep after each.
+TRAINING = ["--use-syn", "--no-wandb", "--epochs", "4", "--steps-per-epoch", "5", "--sleep", "0.4", "--out-dir", "/tmp"]
+# The other tests prove what torchfleet does with a run, whatever it runs: ticker.py's ranks print
+# and sleep, with no torch to import (ticker.py says why). One that ends by itself in about 10 s,
+# and one that runs until it is stopped.
+TICKER = "tests/integration/ticker.py"
+SHORT = ["--ticks", "20", "--sleep", "0.5"]
+ENDLESS = ["--ticks", "1000", "--sleep", "0.8"]
 LIMIT = 300  # seconds: bounds against hangs, never expected to be reached
 
 
@@ -117,7 +121,7 @@ def nothing_left(cluster):
 def test_detach_returns_while_the_run_runs_and_logs_follow_it_to_its_end(cluster):
     started = time.monotonic()
     detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
-                          "--", *SHORT)
+                          "--", *TRAINING)
     returned = time.monotonic() - started
     assert detached.returncode == 0, detached.stderr[-3000:]
     run_id = detached.stdout.split()[1]
@@ -147,15 +151,14 @@ def test_detach_returns_while_the_run_runs_and_logs_follow_it_to_its_end(cluster
 
 
 def test_an_attached_launch_streams_and_its_run_outlives_the_controller(cluster):
-    launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", "--", "--use-syn",
-                      "--no-wandb", "--epochs", "6", "--steps-per-epoch", "5", "--sleep", "0.8", "--out-dir", "/tmp")
+    launch = Attached(cluster, TICKER, "-e", "nproc_per_node=1", "--", "--ticks", "30", "--sleep", "0.8")
     try:
-        # An epoch line while the run is still going: streamed, not printed at the end.
-        wait_until(lambda: any(line.startswith("epoch 1/6") for line in launch.lines), LIMIT,
-                   "rank 0's first epoch line on the launcher's stdout")
+        # A tick's line while the run is still going: streamed, not printed at the end.
+        wait_until(lambda: any(line.startswith("tick 1/30") for line in launch.lines), LIMIT,
+                   "rank 0's first tick on the launcher's stdout")
         run_id = launch.run_id()
         assert run_id, launch.errors
-        assert not any(line.startswith("epoch 6/6") for line in launch.lines)
+        assert not any(line.startswith("tick 30/30") for line in launch.lines)
         # The controller dies outright: torchfleet, ansible-runner, ssh, all of its process group.
         os.killpg(launch.process.pid, signal.SIGKILL)
         launch.wait(60)
@@ -169,7 +172,7 @@ def test_an_attached_launch_streams_and_its_run_outlives_the_controller(cluster)
 
 
 def test_wait_exits_with_the_failing_ranks_own_code_and_names_it(cluster):
-    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+    detached = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--detach",
                           "--", *SHORT, "--fail-on-rank", "2")
     assert detached.returncode == 0, detached.stderr[-3000:]
     run_id = detached.stdout.split()[1]
@@ -179,19 +182,19 @@ def test_wait_exits_with_the_failing_ranks_own_code_and_names_it(cluster):
     assert f"rank 2 on {NODES[2]} exited with code 3 first" in said, said
     # The failing rank's own log, read on its node, under its resolved path.
     assert f"the last lines of {RUNS}/{run_id}/workers/" in said and "*" not in said.split("the last lines of")[1].split(":")[0]
-    assert "TORCHFLEET_FAIL rank=2" in said
+    assert "TICKER_FAIL rank=2" in said
     record = runs_json(cluster)[run_id]
     assert (record["state"], record["failed_rank"], record["failed_host"]) == ("failed", 2, NODES[2])
     # An attached launch of the same exits with the same code.
-    attached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--",
+    attached = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--",
                           *SHORT, "--fail-on-rank", "2")
     assert attached.returncode == 3, attached.stderr[-3000:]
 
 
 def test_ctrl_c_of_an_attached_launch_stops_the_run_everywhere(cluster):
-    launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", "--", *ENDLESS)
+    launch = Attached(cluster, TICKER, "-e", "nproc_per_node=1", "--", *ENDLESS)
     try:
-        wait_until(lambda: any(line.startswith("epoch 1/") for line in launch.lines), LIMIT, "training")
+        wait_until(lambda: any(line.startswith("tick 1/") for line in launch.lines), LIMIT, "the first tick")
         run_id = launch.run_id()
         # A terminal's ^C: SIGINT to the foreground process group.
         os.killpg(launch.process.pid, signal.SIGINT)
@@ -208,7 +211,7 @@ def test_ctrl_c_of_an_attached_launch_stops_the_run_everywhere(cluster):
 def test_a_supervisor_killed_mid_run_takes_its_run_down_everywhere_recorded_lost(cluster):
     # Issue 26, point 5, the way chosen: the run dies with its supervisor. Its guardian (a small
     # process that outlives it) ends the run on every node and records it lost.
-    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+    detached = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--detach",
                           "--", *ENDLESS)
     assert detached.returncode == 0, detached.stderr[-3000:]
     run_id = detached.stdout.split()[1]
@@ -230,7 +233,7 @@ def test_a_supervisor_killed_mid_run_takes_its_run_down_everywhere_recorded_lost
 
 
 def test_the_commands_death_leaves_no_ansible_playbook_behind(cluster):
-    launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", "--", *SHORT)
+    launch = Attached(cluster, TICKER, "-e", "nproc_per_node=1", "--", *SHORT)
     try:
         # Killed while its playbook starts the run (ansible-playbook runs on a pty of its own).
         def playbook_pids():
@@ -253,7 +256,7 @@ def test_the_commands_death_leaves_no_ansible_playbook_behind(cluster):
 
 def test_two_launches_at_once_start_one_run_and_the_other_names_it(cluster):
     before = set(runs_json(cluster))
-    argv = torchfleet_argv(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+    argv = torchfleet_argv(cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--detach",
                            "--", *ENDLESS)
     both = [subprocess.Popen(argv, cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True) for _launch in range(2)]
@@ -271,7 +274,7 @@ def test_two_launches_at_once_start_one_run_and_the_other_names_it(cluster):
         assert new == {run_id}, new  # the refused launch left no run directory, no record
         assert runs_json(cluster)[run_id]["state"] == "running"
         for node in NODES:
-            assert any("train.py" in line for line in left_on(node)), node
+            assert any("ticker.py" in line for line in left_on(node)), node
     finally:
         torchfleet(cluster, "stop")
 
@@ -283,7 +286,7 @@ def test_ctrl_c_at_any_moment_of_a_launch_leaves_nothing_and_starts_nothing(clus
         big = tmp_path / "big.txt"
         big.write_bytes(os.urandom(11 * 2**20).hex().encode()[:15 * 2**20])
         extra = ["-e", json.dumps({"files": [str(big)]})]
-    launch = Attached(cluster, "examples/train.py", "-e", "nproc_per_node=1", *extra, "--", *ENDLESS)
+    launch = Attached(cluster, TICKER, "-e", "nproc_per_node=1", *extra, "--", *ENDLESS)
     try:
         time.sleep(after)
         os.killpg(launch.process.pid, signal.SIGINT)  # a terminal's ^C, to the foreground group
@@ -352,12 +355,11 @@ def test_every_line_of_every_rank_arrives_once_and_whole_at_full_speed(cluster, 
 
 
 def test_runs_prune_removes_ended_runs_on_every_node_and_never_a_running_one(cluster):
-    ended = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
-                       "--", "--use-syn", "--no-wandb", "--epochs", "1", "--out-dir", "/tmp")
+    ended = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--detach", "--", "--ticks", "1")
     assert ended.returncode == 0, ended.stderr[-3000:]
     ended_id = ended.stdout.split()[1]
     assert torchfleet(cluster, "wait", ended_id).returncode == 0
-    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+    detached = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--detach",
                           "--", *ENDLESS)
     assert detached.returncode == 0, detached.stderr[-3000:]
     running_id = detached.stdout.split()[1]
@@ -379,7 +381,7 @@ def test_runs_prune_removes_ended_runs_on_every_node_and_never_a_running_one(clu
 
 
 def test_a_bare_stop_ends_the_one_run_alive_and_never_several(cluster):
-    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "--detach",
+    detached = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--detach",
                           "--", *ENDLESS)
     assert detached.returncode == 0, detached.stderr[-3000:]
     run_id = detached.stdout.split()[1]
@@ -404,23 +406,21 @@ def test_a_bare_stop_ends_the_one_run_alive_and_never_several(cluster):
 
 
 def test_logs_of_one_rank_one_node_and_the_last_lines_of_a_live_run(cluster):
-    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=2", "--detach",
+    detached = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=2", "--detach",
                           "--", *ENDLESS)
     assert detached.returncode == 0, detached.stderr[-3000:]
     run_id = detached.stdout.split()[1]
     try:
-        wait_until(lambda: "epoch 2/" in torchfleet(cluster, "logs", run_id).stdout, LIMIT, "two epochs")
+        wait_until(lambda: "tick 2/" in torchfleet(cluster, "logs", run_id).stdout, LIMIT, "two ticks")
         rank3 = torchfleet(cluster, "logs", run_id, "--rank", "3")
         assert rank3.returncode == 0, rank3.stderr
-        assert "TORCHFLEET_RANK rank=3 local_rank=1 world_size=6" in rank3.stdout, rank3.stdout[-2000:]
+        assert "TICKER rank=3 local_rank=1 world_size=6" in rank3.stdout, rank3.stdout[-2000:]
         assert "rank=0 " not in rank3.stdout and "[rank" not in rank3.stdout
         node2 = torchfleet(cluster, "logs", run_id, "--node", NODES[2])
         ranks = {line.split()[1] for line in node2.stdout.splitlines() if line.startswith("[rank ")}
         assert ranks == {"4", "5"}, node2.stdout[-2000:]
         last = torchfleet(cluster, "logs", run_id, "--tail", "2")
         shown = [line for line in last.stdout.splitlines() if not line.startswith("# ")]
-        # An epoch's line, then its checkpoint's (examples/train.py): the last two lines of either.
-        assert len(shown) == 2 and all(line.startswith(("epoch ", "TORCHFLEET_CHECKPOINT ")) for line in shown), \
-            last.stdout
+        assert len(shown) == 2 and all(line.startswith("tick ") for line in shown), last.stdout
     finally:
         assert torchfleet(cluster, "stop", run_id).returncode == 0

@@ -21,10 +21,14 @@ from ready_cluster import NODES, REPO, run
 
 pytestmark = pytest.mark.cluster
 BOB = "tfbob"
-ENDLESS = ["--use-syn", "--no-wandb", "--epochs", "1000", "--steps-per-epoch", "5", "--sleep", "0.8", "--out-dir", "/tmp"]
-SHORT = ["--use-syn", "--no-wandb", "--epochs", "2", "--steps-per-epoch", "5", "--sleep", "0.4", "--out-dir", "/tmp"]
+# Who may run where is the point here, not training: ranks that print and sleep, with no torch to
+# import (ticker.py says why). One that runs until stopped, and one that ends in about 10 s.
+TICKER = "tests/integration/ticker.py"
+ENDLESS = ["--ticks", "1000", "--sleep", "0.8"]
+SHORT = ["--ticks", "20", "--sleep", "0.5"]
 RUNS = "/home/torchfleet/torchfleet/runs"
 LIMIT = 300
+LOCAL_FACTS = "/etc/ansible/facts.d/torchfleet.fact"
 
 
 def torchfleet(env, cluster, command, *args):
@@ -38,25 +42,28 @@ def bob(cluster, tmp_path_factory):
     facts = tmp_path_factory.mktemp("bob") / "facts"
     shutil.copytree(cluster.env["ANSIBLE_CACHE_PLUGIN_CONNECTION"], facts)
     env = dict(cluster.env, ANSIBLE_CACHE_PLUGIN_CONNECTION=str(facts))
+    # Setup records the account it set up on every node (local facts). What the session's setup
+    # recorded is put back afterwards, so that later tests find the nodes as that setup left them
+    # (bob's account, files and keys stay, as a second account's would).
+    recorded = {node: run(["docker", "exec", node, "cat", LOCAL_FACTS], timeout=60, check=True).stdout
+                for node in NODES}
     result = run(["ansible-playbook", "setup.yml", "-i", str(cluster.inventory), "-e", f"cluster_user_name={BOB}",
                   "-e", f"ssh_trust_key_file={cluster.key}"], env=env, timeout=1800)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     yield env
-    # Setup records the account it set up on every node (local facts): the session's own again,
-    # so that later tests find the nodes as the session's setup left them.
-    rc, output = cluster.setup("-e", "scheduler=slurm")
-    assert rc == 0, output[-3000:]
+    for node, text in recorded.items():
+        run(["docker", "exec", "-i", node, "sh", "-c", f"cat > {LOCAL_FACTS}"], input=text, timeout=60, check=True)
 
 
 def test_another_accounts_launch_is_refused_naming_the_run_and_status_shows_it(cluster, bob):
-    started = torchfleet(cluster.env, cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1",
+    started = torchfleet(cluster.env, cluster, "launch", TICKER, "-e", "nproc_per_node=1",
                          "--detach", "--", *ENDLESS)
     assert started.returncode == 0, started.stderr[-3000:]
     run_id = started.stdout.split()[1]
     shared = None
     try:
         # Another port too: the board, not the port, tells that the nodes are taken.
-        refused = torchfleet(bob, cluster, "launch", "examples/train.py", "-e", f"cluster_user_name={BOB}",
+        refused = torchfleet(bob, cluster, "launch", TICKER, "-e", f"cluster_user_name={BOB}",
                              "-e", "master_port=29650", "-e", "nproc_per_node=1", "--", *ENDLESS)
         said = " ".join(refused.stderr.split())
         assert refused.returncode != 0, refused.stdout[-2000:]
@@ -80,7 +87,7 @@ def test_another_accounts_launch_is_refused_naming_the_run_and_status_shows_it(c
         text = torchfleet(bob, cluster, "runs", "-e", f"cluster_user_name={BOB}", "--all-users")
         print(text.stdout)
         # On purpose: --share-nodes starts beside it, and the first account sees it in turn.
-        shared = torchfleet(bob, cluster, "launch", "examples/train.py", "-e", f"cluster_user_name={BOB}",
+        shared = torchfleet(bob, cluster, "launch", TICKER, "-e", f"cluster_user_name={BOB}",
                             "-e", "master_port=29650", "-e", "nproc_per_node=1", "--share-nodes", "--detach",
                             "--", *ENDLESS)
         assert shared.returncode == 0, shared.stderr[-3000:]
@@ -101,7 +108,7 @@ def test_another_accounts_launch_is_refused_naming_the_run_and_status_shows_it(c
 def _alive_of(account):
     found = []
     for node in NODES:
-        listing = run(["docker", "exec", node, "pgrep", "-u", account, "-a", "-f", r"train\.py|torchrun|orted"],
+        listing = run(["docker", "exec", node, "pgrep", "-u", account, "-a", "-f", r"ticker\.py|torchrun|orted"],
                       timeout=60)
         found += [f"{node}: {line}" for line in listing.stdout.splitlines()]
     return found
@@ -110,7 +117,7 @@ def _alive_of(account):
 @pytest.mark.parametrize("scheduler, choice", [("none", ["--limit", f"{NODES[0]},{NODES[2]}"]),
                                                ("slurm", ["-e", f"exclude={NODES[1]}"])])
 def test_part_of_the_nodes_runs_on_those_alone(cluster, scheduler, choice):
-    done = torchfleet(cluster.env, cluster, "launch", "--scheduler", scheduler, *choice, "examples/train.py",
+    done = torchfleet(cluster.env, cluster, "launch", "--scheduler", scheduler, *choice, TICKER,
                       "-e", "nproc_per_node=1", "--", *SHORT)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     last = done.stdout.splitlines()[-1]
@@ -123,16 +130,16 @@ def test_part_of_the_nodes_runs_on_those_alone(cluster, scheduler, choice):
 
 
 def test_under_slurm_two_accounts_runs_queue_and_both_succeed(cluster, bob):
-    first = torchfleet(cluster.env, cluster, "launch", "--scheduler", "slurm", "--detach", "examples/train.py",
-                       "-e", "nproc_per_node=1", "--", *SHORT)
+    first = torchfleet(cluster.env, cluster, "launch", "--scheduler", "slurm", "--detach", TICKER,
+                       "-e", "nproc_per_node=1", "--", "--ticks", "30", "--sleep", "0.5")
     assert first.returncode == 0, first.stderr[-3000:]
     first_id = first.stdout.split()[1]
     try:
         # Bob's launch is refused neither by the board nor by the port: Slurm queues it (whole
         # nodes, all three taken).
         second = torchfleet(bob, cluster, "launch", "--scheduler", "slurm", "--detach", "-e", "detach_when=submitted",
-                            "-e", f"cluster_user_name={BOB}", "examples/train.py", "-e", "nproc_per_node=1", "--",
-                            *SHORT[:-1], f"/home/{BOB}")  # its checkpoint: /tmp's is the other account's
+                            "-e", f"cluster_user_name={BOB}", TICKER, "-e", "nproc_per_node=1", "--",
+                            *SHORT)
         assert second.returncode == 0, second.stderr[-3000:]
         second_id = second.stdout.split()[1]
         listed = torchfleet(bob, cluster, "runs", "-e", f"cluster_user_name={BOB}", "--all-users", "--json")
