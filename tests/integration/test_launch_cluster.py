@@ -12,13 +12,15 @@ import pytest
 from ready_cluster import NODES, run
 
 pytestmark = pytest.mark.cluster
-LONG_RUN = json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--steps-per-epoch", "5", "--sleep", "0.8", "--no-wandb",
-                                       "--out-dir", "/tmp"]})
+# A run that goes on until stopped: ranks that print and sleep, with no torch to import (ticker.py
+# says why); what these tests prove is the launch's, not training's.
+TICKER = "script=tests/integration/ticker.py"
+LONG_RUN = json.dumps({"script_args": ["--ticks", "1000"]})
 
 
 def training_pids(node):
-    """Pids of training processes (workers and torchrun) of the training account on a node."""
-    found = run(["docker", "exec", node, "pgrep", "-u", "torchfleet", "-f", "train.py"], timeout=60)
+    """Pids of the run's processes (workers and torchrun) of the training account on a node."""
+    found = run(["docker", "exec", node, "pgrep", "-u", "torchfleet", "-f", "ticker.py"], timeout=60)
     return found.stdout.split()
 
 
@@ -33,8 +35,8 @@ def wait_until(condition, seconds, what):
 
 @pytest.fixture
 def long_run(cluster):
-    """A run that trains for a long time, started in the background as a user would."""
-    process = cluster.popen_playbook("launch.yml", "-e", "script=examples/train.py", "-e", "nproc_per_node=1",
+    """A run that goes on for a long time, started in the background as a user would."""
+    process = cluster.popen_playbook("launch.yml", "-e", TICKER, "-e", "nproc_per_node=1",
                                      "-e", LONG_RUN)
     wait_until(lambda: all(training_pids(node) for node in NODES), 180, "the run started on every node")
     yield process
@@ -104,8 +106,7 @@ def test_a_taken_port_is_reported_before_launch(cluster):
 
 
 def test_launch_timeout_stops_the_run_everywhere(cluster):
-    rc, output = cluster.launch("-e", "script=examples/train.py", "-e", "nproc_per_node=1",
-                                "-e", "launch_timeout=30", "-e", LONG_RUN)
+    rc, output = cluster.launch("-e", TICKER, "-e", "nproc_per_node=1", "-e", "launch_timeout=30", "-e", LONG_RUN)
     flat = " ".join(output.split())
     assert rc != 0
     assert "outlived launch_timeout=30s and was stopped" in flat

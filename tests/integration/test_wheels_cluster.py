@@ -86,29 +86,6 @@ def test_nothing_of_the_spread_is_left_running_or_listening(cluster):
         assert not [f for f in leftovers if f.endswith(".partial") or f in (".torchfleet-serving", ".torchfleet-fetching")]
 
 
-def test_a_wheel_altered_on_a_node_is_named_and_fetched_again_from_inside_the_cluster(cluster):
-    wanted = lock(controller_wheelhouse(NODES[0]))
-    torch = next(name for name in wanted if name.startswith("torch-"))
-    path = f"{node_wheelhouse(NODES[2])}/{torch}"
-    # Four bytes changed in place: the size stays, the bytes do not.
-    node_sh(NODES[2], f"printf XXXX | dd of={path} bs=1 seek=4096 conv=notrunc 2>/dev/null")
-    assert node_hashes(NODES[2])[torch] != wanted[torch]
-
-    with devcluster.ControllerTraffic(NAME) as traffic:
-        rc, output = cluster.setup()
-        sent = traffic.sent()
-    assert rc == 0, output[-3000:]
-    flat = " ".join(output.split())
-    assert f"{NODES[2]}: {torch}: sha256 " in flat and "(altered or damaged on this node); fetched again" in flat
-    assert node_hashes(NODES[2])[torch] == wanted[torch]
-    # From the seed, over the cluster network: not from the controller again.
-    torch_size = (controller_wheelhouse(NODES[0]) / torch).stat().st_size
-    assert sent < torch_size / 4, (sent, torch_size)
-    counts = recap(output)
-    assert counts[NODES[2]]["changed"] == 1
-    assert counts[NODES[0]]["changed"] == 0 and counts[NODES[1]]["changed"] == 0
-
-
 def test_a_node_that_cannot_get_the_wheels_is_named_and_the_others_complete(cluster):
     wanted = lock(controller_wheelhouse(NODES[0]))
     filelock = next(name for name in wanted if name.startswith("filelock-"))
@@ -135,8 +112,16 @@ def test_a_node_that_cannot_get_the_wheels_is_named_and_the_others_complete(clus
     assert node_hashes(NODES[2])[filelock] == wanted[filelock]
 
 
-def test_a_package_removed_by_hand_stops_the_launch_before_it_starts(cluster):
+def test_a_package_removed_by_hand_stops_the_launch_and_a_wheel_altered_is_fetched_again(cluster):
+    # Two ways a node drifts from setup, on two nodes, put right by one run of setup.
+    # node1: a package removed from the environment by hand; the launch refuses before it starts.
     node_sh(NODES[1], f"{ENV_PYTHON} -m pip uninstall --yes --quiet sympy")
+    # node2: four bytes of a wheel changed in place (the size stays, the bytes do not).
+    wanted = lock(controller_wheelhouse(NODES[0]))
+    torch = next(name for name in wanted if name.startswith("torch-"))
+    path = f"{node_wheelhouse(NODES[2])}/{torch}"
+    node_sh(NODES[2], f"printf XXXX | dd of={path} bs=1 seek=4096 conv=notrunc 2>/dev/null")
+    assert node_hashes(NODES[2])[torch] != wanted[torch]
     try:
         rc, output = cluster.launch("-e", "script=examples/train.py", "-e", "nproc_per_node=1")
         flat = " ".join(output.split())
@@ -146,10 +131,21 @@ def test_a_package_removed_by_hand_stops_the_launch_before_it_starts(cluster):
         assert "Run setup again (ansible-playbook setup.yml -i INVENTORY) to put it back" in flat
         assert "TORCHFLEET_RESULT" not in output
     finally:
-        rc, output = cluster.setup()
+        with devcluster.ControllerTraffic(NAME) as traffic:
+            rc, output = cluster.setup()
+            sent = traffic.sent()
     assert rc == 0, output[-3000:]
-    assert f"{NODES[1]}: sympy is missing" in " ".join(output.split())
+    flat = " ".join(output.split())
+    assert f"{NODES[1]}: sympy is missing" in flat
     assert any(p.startswith("sympy==") for p in installed(NODES[1]))
+    assert f"{NODES[2]}: {torch}: sha256 " in flat and "(altered or damaged on this node); fetched again" in flat
+    assert node_hashes(NODES[2])[torch] == wanted[torch]
+    # The wheel came from the seed, over the cluster network: not from the controller again.
+    torch_size = (controller_wheelhouse(NODES[0]) / torch).stat().st_size
+    assert sent < torch_size / 4, (sent, torch_size)
+    counts = recap(output)
+    assert counts[NODES[1]]["changed"] == 1 and counts[NODES[2]]["changed"] == 1
+    assert counts[NODES[0]]["changed"] == 0
 
 
 def two_fetches_playbook(seed, node, served, target, wheel, port):
