@@ -17,8 +17,8 @@ import pytest
 
 from ready_cluster import NODES, REPO, recap, run, training_result
 from test_run_lifecycle import (
-    ENDLESS, FLOOD, LIMIT, RUNS, SHORT, Attached, _every_ranks_lines_once_whole_in_order, left_on, runs_json, torchfleet,
-    wait_until)
+    ENDLESS, FLOOD, LIMIT, RUNS, SHORT, TICKER, TRAINING, Attached, _every_ranks_lines_once_whole_in_order, left_on,
+    runs_json, torchfleet, wait_until)
 
 pytestmark = pytest.mark.cluster
 HEAD = NODES[0]
@@ -69,7 +69,7 @@ def test_setup_sets_slurm_up_from_the_inventory_once_and_a_second_run_changes_no
 def test_a_run_through_slurm_trains_on_every_node_and_is_a_run(cluster):
     started = time.monotonic()
     launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=2",
-                          "--", *SHORT)
+                          "--", *TRAINING)
     assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
     lines = launched.stdout.splitlines()
     assert any(line.startswith("epoch 1/4") for line in lines), lines  # rank 0's output, streamed
@@ -108,12 +108,12 @@ def test_every_line_of_every_rank_arrives_once_and_whole_from_a_slurm_job(cluste
 
 
 def test_a_failing_rank_under_slurm_is_named_with_its_node_and_code(cluster):
-    launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=1",
+    launched = torchfleet(cluster, "launch", "--scheduler", "slurm", TICKER, "-e", "nproc_per_node=1",
                           "--", *SHORT, "--fail-on-rank", "2")
     assert launched.returncode == 3, launched.stdout[-2000:] + launched.stderr[-3000:]
     said = " ".join(launched.stderr.split())
     assert f"rank 2 on {NODES[2]} exited with code 3 first" in said, said
-    assert "TORCHFLEET_FAIL rank=2" in said
+    assert "TICKER_FAIL rank=2" in said
     run_id = launched.stdout.splitlines()[-1].split()[1].rstrip(":")
     record = runs_json(cluster)[run_id]
     assert (record["state"], record["failed_rank"], record["failed_host"]) == ("failed", 2, NODES[2])
@@ -144,7 +144,7 @@ def test_fsdp_under_slurm_saves_a_sharded_checkpoint_and_resumes_on_fewer_ranks(
 
 
 def test_detach_then_stop_cancels_the_job_and_leaves_nothing(cluster):
-    detached = torchfleet(cluster, "launch", "--scheduler", "slurm", "--detach", "examples/train.py",
+    detached = torchfleet(cluster, "launch", "--scheduler", "slurm", "--detach", TICKER,
                           "-e", "nproc_per_node=1", "--", *ENDLESS)
     assert detached.returncode == 0, detached.stderr[-3000:]
     run_id = detached.stdout.split()[1]
@@ -158,7 +158,7 @@ def test_detach_then_stop_cancels_the_job_and_leaves_nothing(cluster):
         orted = wait_until(orted_pids, 60, f"Open MPI's daemon on {node}")
         parent = on(node, "ps", "-o", "ppid=", "-p", orted[0]).stdout.strip()
         assert on(node, "ps", "-o", "comm=", "-p", parent).stdout.strip() == "slurmstepd"
-    wait_until(lambda: "epoch 1/" in torchfleet(cluster, "logs", run_id).stdout, LIMIT, "training")
+    wait_until(lambda: "tick 1/" in torchfleet(cluster, "logs", run_id).stdout, LIMIT, "the first tick")
 
     stopped = torchfleet(cluster, "stop", run_id)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
@@ -185,7 +185,7 @@ def every_node_taken():
 
 def test_a_job_that_never_starts_says_why_and_gives_up_at_the_timeout(cluster):
     with every_node_taken():
-        launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=1",
+        launched = torchfleet(cluster, "launch", "--scheduler", "slurm", TICKER, "-e", "nproc_per_node=1",
                               "-e", "launch_timeout=15", "--", *SHORT)
     said = " ".join(launched.stderr.split())
     assert launched.returncode != 0, launched.stdout + launched.stderr
@@ -199,7 +199,7 @@ def test_stop_cancels_a_pending_job_whose_supervisor_is_gone(cluster):
     # The job carries its run id as its name and torchfleet's comment: `stop` finds it with no
     # supervisor (nor its guardian) left to ask.
     with every_node_taken():
-        launch = Attached(cluster, "--scheduler", "slurm", "examples/train.py", "-e", "nproc_per_node=1",
+        launch = Attached(cluster, "--scheduler", "slurm", TICKER, "-e", "nproc_per_node=1",
                           "--", *SHORT)
         try:
             said = wait_until(lambda: next((line for line in launch.errors if "submitted as Slurm job" in line),
@@ -235,7 +235,7 @@ def rendered(cluster, fmt, *args):
 
 
 def test_the_rendered_slurm_script_runs_with_sbatch_wait_as_written(cluster):
-    script = rendered(cluster, "slurm", *SHORT)
+    script = rendered(cluster, "slurm", *TRAINING)
     # The environment's own torchrun and Open MPI, as setup recorded them, not whatever PATH holds.
     torchrun = re.search(r"exec (\S+) --nnodes=3", script).group(1)
     assert torchrun.startswith("/") and torchrun.endswith("/bin/torchrun"), script
@@ -256,7 +256,7 @@ def test_the_rendered_slurm_script_runs_with_sbatch_wait_as_written(cluster):
 def test_the_pbs_scripts_body_runs_as_pbs_runs_it(cluster):
     """No PBS server can be had here: the body runs the way PBS runs a job, bash on the first
     node with PBS_NODEFILE (one line per slot) and PBS_JOBID set, mpirun over ssh."""
-    script = rendered(cluster, "pbs", *SHORT).replace("examples/train.py", "train.py")
+    script = rendered(cluster, "pbs", *TRAINING).replace("examples/train.py", "train.py")
     put_on_every_node(f"{JOBS}/train.py", (REPO / "examples" / "train.py").read_text())
     put_on_every_node(f"{JOBS}/job.pbs", script)
     put_on_every_node(f"{JOBS}/nodefile", "".join(f"node{i}\n" * 2 for i in range(3)))
