@@ -171,6 +171,36 @@ class CtrlC:
         return self.heard
 
 
+# Set in every process of one call (ansible-playbook, its workers, their ssh): how the command
+# finds them again after ansible-runner has killed the playbook's process group on a Ctrl-C.
+CALL_MARK = "TORCHFLEET_CALL"
+
+
+def end_processes_of_call(mark: str) -> list[int]:
+    """SIGKILL every process of this machine that carries CALL_MARK=mark; their pids.
+
+    ansible-runner ends a cancelled playbook by killing its process group, but ansible-core's
+    workers each run in a session of their own (WorkerProcess._detach calls setsid): a worker
+    outlives it, its ssh still running a module on a node, or blocked for ever writing a large
+    result to the dead playbook's queue. Linux only (/proc); elsewhere nothing is found."""
+    wanted = f"{CALL_MARK}={mark}".encode()
+    ended = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        pid = int(entry.name)
+        if pid == os.getpid():
+            continue
+        try:
+            # An OpenSSH master ("ssh: PATH [mux]") may serve another command's calls too; it ends
+            # by itself once idle (ControlPersist).
+            if (wanted in (entry / "environ").read_bytes().split(b"\0")
+                    and not (entry / "cmdline").read_bytes().startswith(b"ssh: ")):
+                os.kill(pid, signal.SIGKILL)
+                ended.append(pid)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return ended
+
+
 def call(*, playbook: str | None = None, module: str | None = None, module_args: str = "",
          host_pattern: str = "cluster", inventories: list[str], cmdline: list[str],
          progress: Progress, keep_on_success: bool = False, keep_on_failure: bool = True,
@@ -182,7 +212,8 @@ def call(*, playbook: str | None = None, module: str | None = None, module_args:
     progress._artifacts = private / "artifacts" / ident
     kwargs = dict(
         private_data_dir=str(private), ident=ident, project_dir=os.getcwd(),
-        cmdline=shlex.join([a for i in inventories for a in ("-i", str(Path(i).resolve()))] + cmdline), envvars=ansible_env(), suppress_env_files=True,
+        cmdline=shlex.join([a for i in inventories for a in ("-i", str(Path(i).resolve()))] + cmdline),
+        envvars={**ansible_env(), CALL_MARK: str(private)}, suppress_env_files=True,
         quiet=True, event_handler=progress, rotate_artifacts=1,
         # Not "jsonfile": ansible-runner would point the fact cache into its artifacts.
         fact_cache_type="torchfleet.cluster.json_facts",
@@ -206,6 +237,8 @@ def call(*, playbook: str | None = None, module: str | None = None, module_args:
     finally:
         if ctrl_c:
             ctrl_c.in_playbook = False
+            if ctrl_c.heard:
+                end_processes_of_call(str(private))
         (private / "artifacts" / ident / "command").unlink(missing_ok=True)
     rc = result.rc if isinstance(result.rc, int) else 1
     if not (keep_on_success if rc == 0 else keep_on_failure):

@@ -22,14 +22,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ready_cluster import NAME, NODES, REPO, run, training_result
+from ready_cluster import NAME, NODES, REPO, run
 from torchfleet import devcluster
 from torchfleet.devcluster import DOMAIN
 
 pytestmark = pytest.mark.cluster
 BASTION = f"tf-{NAME}-bastion"
-SHORT_RUN = ["examples/train.py", "-e", "nproc_per_node=1", "--", "--use-syn", "--epochs", "1",
-             "--steps-per-epoch", "3", "--no-wandb", "--out-dir", "/tmp"]
+# What is proved is the way through the bastion, not training: ranks that print and sleep, with
+# no torch to import (ticker.py says why).
+SHORT_RUN = ["tests/integration/ticker.py", "-e", "nproc_per_node=1", "--", "--ticks", "3", "--sleep", "0.2"]
+
+
+def ticker_done(output):
+    """Rank 0's last line, `TICKER_DONE {...}`, as a dict."""
+    assert "TICKER_DONE " in output, output[-3000:]
+    return json.loads(output.rsplit("TICKER_DONE ", 1)[1].splitlines()[0])
 
 
 def docker(*argv):
@@ -96,14 +103,14 @@ def test_launch_logs_and_wait_stream_through_a_bastion_that_only_ansibles_settin
     launched = torchfleet(behind_bastion, "launch", *SHORT_RUN)
     assert launched.returncode == 0, (launched.stdout[-3000:], launched.stderr[-3000:])
     # Rank 0's lines came through the stream (ssh through the bastion), not from a playbook.
-    result = training_result(launched.stdout)
+    result = ticker_done(launched.stdout)
     assert result["world_size"] == 3, result
     listed = torchfleet(behind_bastion, "runs", "--json")
     assert listed.returncode == 0, listed.stderr[-3000:]
     run_id = json.loads(listed.stdout)[0]["run_id"]
     logs = torchfleet(behind_bastion, "logs", run_id)
     assert logs.returncode == 0, logs.stderr[-3000:]
-    assert training_result(logs.stdout) == result
+    assert ticker_done(logs.stdout) == result
     waited = torchfleet(behind_bastion, "wait", run_id)
     assert waited.returncode == 0 and "succeeded" in waited.stdout, (waited.stdout, waited.stderr[-3000:])
     print(f"through {BASTION}: run {run_id} launched, followed, its logs and end read again")
@@ -147,7 +154,7 @@ def test_logs_and_wait_through_sudo_with_its_password(cluster, login_needing_sud
                                *SHORT_RUN], cwd=REPO, env=cluster.env, capture_output=True, text=True,
                               timeout=600, check=False)
     assert launched.returncode == 0, (launched.stdout[-3000:], launched.stderr[-3000:])
-    result = training_result(launched.stdout)
+    result = ticker_done(launched.stdout)
     listed = subprocess.run([sys.executable, "-m", "torchfleet", "runs", "--json", "-i", str(cluster.inventory)],
                             cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=300, check=False)
     assert listed.returncode == 0, listed.stderr[-2000:]
@@ -161,7 +168,7 @@ def test_logs_and_wait_through_sudo_with_its_password(cluster, login_needing_sud
     # -K: the playbook's become and the stream's sudo both take it.
     logs = as_ops(login_needing_sudo_password, "logs", run_id, "-K", password=SUDO_PASSWORD)
     assert logs.returncode == 0, (logs.stdout[-2000:], logs.stderr[-2000:])
-    assert training_result(logs.stdout) == result
+    assert ticker_done(logs.stdout) == result
     waited = as_ops(login_needing_sudo_password, "wait", run_id, "-K", password=SUDO_PASSWORD)
     assert waited.returncode == 0 and "succeeded" in waited.stdout, (waited.stdout, waited.stderr[-2000:])
 
@@ -177,7 +184,7 @@ def test_logs_and_wait_through_sudo_with_its_password(cluster, login_needing_sud
     with_var.write_text(yaml.safe_dump(inventory))
     logs = as_ops((with_var, inventory, env), "logs", run_id)
     assert logs.returncode == 0, (logs.stdout[-2000:], logs.stderr[-2000:])
-    assert training_result(logs.stdout) == result
+    assert ticker_done(logs.stdout) == result
     assert SUDO_PASSWORD not in logs.stdout + logs.stderr
     print(f"run {run_id} read as ops through sudo: refused without the password, read with -K and with "
           f"ansible_become_password, refused with a wrong one")

@@ -299,6 +299,10 @@ def test_ctrl_c_at_any_moment_of_a_launch_leaves_nothing_and_starts_nothing(clus
     said = next(line for line in launch.errors if line.startswith("torchfleet: interrupted: stopping run "))
     run_id = said.split()[4]
     assert nothing_alive(), {node: left_on(node) for node in NODES}
+    # Nor on this machine: no ansible-playbook of the launch left, nor one of its workers (each in
+    # a session of its own, out of reach of the kill of the playbook's process group).
+    here = run(["pgrep", "-af", run_id]).stdout.splitlines()
+    assert not here, here
     # Nothing starts afterwards: a start in flight on the head was ended, or its run stopped.
     time.sleep(10)
     assert nothing_alive(), {node: left_on(node) for node in NODES}

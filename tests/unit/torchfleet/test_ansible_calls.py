@@ -1,8 +1,15 @@
 """Calls of Ansible through ansible-runner: progress from the event stream, the fact cache."""
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from torchfleet import ansible_calls
 
 
 def events():
@@ -70,3 +77,24 @@ def test_the_fact_cache_is_never_in_the_directory_the_command_runs_from(tmp_path
     assert runner.fact_cache_dir() == tmp_path / "state" / "torchfleet" / "fact_cache"
     monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", "/srv/facts")
     assert runner.fact_cache_dir() == Path("/srv/facts")
+
+
+def test_after_a_ctrl_c_the_calls_processes_end_in_whatever_session_they_run(tmp_path):
+    # As ansible-core's workers: a session of their own, out of reach of ansible-runner's killpg.
+    mark = str(tmp_path / "call")
+    sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
+    own = subprocess.Popen(sleep, env=dict(os.environ, TORCHFLEET_CALL=mark), start_new_session=True)
+    other = subprocess.Popen(sleep, env=dict(os.environ, TORCHFLEET_CALL=mark + "-another"), start_new_session=True)
+    try:
+        for pid in (own.pid, other.pid):  # exec'd: the environment is the child's own
+            deadline = time.monotonic() + 10
+            while b"TORCHFLEET_CALL=" not in Path(f"/proc/{pid}/environ").read_bytes():
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert ansible_calls.end_processes_of_call(mark) == [own.pid]
+        assert own.wait(timeout=10) == -signal.SIGKILL
+        assert other.poll() is None  # another call's process is left alone
+    finally:
+        for proc in (own, other):
+            proc.kill()
+            proc.wait(timeout=10)
