@@ -30,7 +30,7 @@ from pathlib import Path
 from benchlib import REPO, commit  # bench/ is the script's directory, first on sys.path
 sys.path.insert(0, str(REPO / ".collections"))
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import fanout, follower  # noqa: E402
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import ssh_to_nodes, follower  # noqa: E402
 
 RECORD = "plugins/module_utils/_head/record.py"  # the earlier version's follower (its path then)
 
@@ -134,7 +134,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", default="92fc650", help="the earlier commit to compare with")
     args = parser.parse_args()
-    programs = {"this": fanout.program(follower.PROGRAM, "follower"),
+    programs = {"this": ssh_to_nodes.program(follower.PROGRAM, "follower"),
                 args.against: subprocess.run(["git", "show", f"{args.against}:{RECORD}"], cwd=REPO, check=True,
                                              capture_output=True, text=True).stdout}
     found = {name: {"bar": progress_bar(program), "huge": huge(program)} for name, program in programs.items()}

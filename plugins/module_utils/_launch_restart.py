@@ -12,7 +12,7 @@ import dataclasses
 import os
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.fanout import probe_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ssh_to_nodes import probe_nodes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import (
     ACTIVE,
     PLAN_FILE,

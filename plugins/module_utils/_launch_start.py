@@ -22,7 +22,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import
 # the follower and its line server for the head package it installs (head_package_files).
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import follower  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.attempts import attempt_nodes, spares
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.fanout import close_ssh_masters, withdraw_from_board
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ssh_to_nodes import close_ssh_masters, withdraw_from_board
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import (
     SUPERVISOR_VAR,
     files_to_place,
@@ -48,7 +48,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch
     plan_for,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes import (
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_nodes import (
     preflight_nodes,
     ranks_started,
     send_files,

@@ -18,8 +18,8 @@ the head; the probe and line server on every node), standard library only.
 - report: what a run's logs say (the failing rank) and the words of every end;
 - probe: what a launch asks of each node (`python3 -S -m _on_node.probe`, a JSON request on stdin);
 - board: the run board, where each node's runs announce themselves to every account;
-- fanout: the head's ssh to the other nodes (probes, the clean-up, the ssh masters);
-  loader: several of these files made one `python3 -S -c` program.
+- ssh_to_nodes: the head's ssh to the other nodes, in parallel (probes, the clean-up, the ssh
+  masters); loader: several of these files made one `python3 -S -c` program.
 
 The launch module installs the package once per version on the head (a directory named for the
 digest of its files, see _launch_start.install_head_package): every run of that version starts
@@ -28,7 +28,7 @@ imports alone, so the package works under any name: ansible_collections...module
 (module, filters, CLI) and `_on_node` on the head. Some also travel as one `python3 -S -c` program of
 the files they need (loader.py): the follower from the controller to the head (follower.PROGRAM),
 the follower's line server from the head to the other nodes (line_server.PROGRAM), the probe with the board
-it reads (fanout.program).
+it reads (ssh_to_nodes.program).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from __future__ import annotations
 import os
 
 # The package's files, as the launch module copies them to the head.
-FILES = ("__init__", "attempts", "batch_script", "board", "fanout", "follower", "guardian", "labels",
-         "launch_plan", "line_server", "liveness", "loader", "node_checks", "plan_checks", "probe", "record",
-         "renderer", "report", "slurm", "slurm_job", "supervisor", "tail", "transitions")
+FILES = ("__init__", "attempts", "batch_script", "board", "follower", "guardian", "labels", "launch_plan",
+         "line_server", "liveness", "loader", "node_checks", "plan_checks", "probe", "record", "renderer",
+         "report", "slurm", "slurm_job", "ssh_to_nodes", "supervisor", "tail", "transitions")
 
 
 def source(name: str) -> str:

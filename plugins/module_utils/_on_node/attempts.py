@@ -14,7 +14,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType, SimpleNamespace
 
-from .fanout import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes, withdraw_from_board
+from .ssh_to_nodes import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes, withdraw_from_board
 from .liveness import SSH_PORT, node_answers
 from .node_checks import head_copies, rejoin_problem, rejoin_request
 from .probe import end_run, find_run_processes, port_in_use

@@ -14,7 +14,7 @@ removed (a run ended, a node rebooted, a launch killed) stops counting by itself
 launches remove it a day later (sweep_own), and a launch refused removes its own at once. Ranks' own command lines
 do not name the run: a node counts as busy through its torchrun or launcher.
 
-The probe runs this file on every node (see fanout.probe_command); the standard library only.
+The probe runs this file on every node (see ssh_to_nodes.probe_command); the standard library only.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ torchfleet command (`logs -f`, `wait`, an attached launch), which reads it over 
 
 It reads launcher.log and the head's own worker files, and each other node's worker files through
 a line server run there (line_server.py) over the cluster's ssh. The controller sends it to the
-head as one `python3 -S -c` program made of PROGRAM's files (fanout.program); on the head itself
+head as one `python3 -S -c` program made of PROGRAM's files (ssh_to_nodes.program); on the head itself
 it also runs as `python3 -S -m _on_node.follower`. Standard library only.
 """
 

@@ -12,7 +12,7 @@ import sys
 from types import SimpleNamespace
 
 from . import report, slurm
-from .fanout import close_ssh_masters, end_run_on_nodes, withdraw_from_board
+from .ssh_to_nodes import close_ssh_masters, end_run_on_nodes, withdraw_from_board
 from .probe import end_run
 from .record import SupervisorPlan
 from .transitions import Owner, abandon, read_raw

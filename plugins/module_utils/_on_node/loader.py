@@ -1,5 +1,5 @@
 """Several of the package's files made one program, the text of one `python3 -S -c` argument:
-the probe the head sends to the other nodes (fanout.probe_command), the follower the controller
+the probe the head sends to the other nodes (ssh_to_nodes.probe_command), the follower the controller
 sends to the head, and the line server the follower sends to the other nodes. Standard library
 only, and nothing of its package: the follower carries it to build the line server's program.
 """

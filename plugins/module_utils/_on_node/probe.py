@@ -2,7 +2,7 @@
 
 The launch module runs on the head. It calls these functions there, and runs this same file on
 every other node over the cluster's own ssh (`python -c <board.py and this file>`, see
-fanout.program; the request as JSON on stdin), in parallel, the way mpirun reaches the nodes a
+ssh_to_nodes.program; the request as JSON on stdin), in parallel, the way mpirun reaches the nodes a
 moment later. So this file imports only the standard library and the board, nothing of Ansible.
 """
 

@@ -26,7 +26,7 @@ import traceback
 from types import SimpleNamespace
 
 from . import attempts, report, slurm
-from .fanout import PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
+from .ssh_to_nodes import PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
 from .guardian import start_guardian
 from .liveness import Liveness, NodeState
 from .probe import SUPERVISOR_VAR, end_run, read_end

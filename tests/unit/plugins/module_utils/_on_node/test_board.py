@@ -8,7 +8,7 @@ import sys
 import time
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import board
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.fanout import probe_command
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ssh_to_nodes import probe_command
 
 ENTRY = {"run_id": "tf-20261127-010203-abc123", "head": "node0", "nodes": ["node0", "node1"],
          "world_size": 2, "started": "2026-11-27T01:02:03Z"}
@@ -90,7 +90,7 @@ def test_a_node_without_a_board_is_told_apart(tmp_path):
 
 
 def test_the_probe_runs_with_the_board_as_one_program_the_way_ssh_hands_it_to_a_node():
-    # What a node runs: `python -S -c PROGRAM`, the request on stdin (fanout.probe_command).
+    # What a node runs: `python -S -c PROGRAM`, the request on stdin (ssh_to_nodes.probe_command).
     argv = ["sh", "-c", probe_command(sys.executable)]
     done = subprocess.run(argv, input=json.dumps({"interfaces": True}), capture_output=True, text=True,
                           timeout=60, check=True)

@@ -4,14 +4,14 @@ sends it (`python3 -S -c`, the standard library alone), on real files of this ma
 import subprocess
 import sys
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import fanout, line_server
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import ssh_to_nodes, line_server
 
 
 def test_the_line_server_sends_the_pieces_it_finds_then_the_rest_once_its_stdin_closes(tmp_path):
     log = tmp_path / "r1_x" / "attempt_0" / "1" / "stdout.log"
     log.parent.mkdir(parents=True)
     log.write_text("one\ntwo, no newline")
-    program = fanout.program(line_server.PROGRAM, "line_server")
+    program = ssh_to_nodes.program(line_server.PROGRAM, "line_server")
     with subprocess.Popen([sys.executable, "-S", "-c", program, "serve", str(tmp_path), "start"],
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"}) as proc:
         # Its version first, then what the files hold now (the open line as a drawing), then that it

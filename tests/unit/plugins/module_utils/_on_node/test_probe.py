@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import fanout
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import ssh_to_nodes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import probe as node_probe
 
 
@@ -93,7 +93,7 @@ def test_the_probes_stop_ends_that_run_alone_and_names_what_it_ended():
 def test_the_probe_runs_alone_as_the_head_sends_it(tmp_path):
     # The head runs the file's source with `python -c` on the other nodes: it must need nothing
     # but the standard library, and answer JSON for the JSON request on stdin.
-    argv = shlex.split(fanout.probe_command(sys.executable))
+    argv = shlex.split(ssh_to_nodes.probe_command(sys.executable))
     assert argv[:3] == [sys.executable, "-S", "-c"]
     target = tmp_path / "t.py"
     done = subprocess.run(argv, input=json.dumps({"expect": {str(target): "0" * 40}}),

@@ -1,7 +1,7 @@
 """The launch module's questions to the nodes (torchrun_launch, state=started): what would stop a
 start, asked of every node before anything changes; the files a node lacks, sent to it; and
 whether a started run's ranks run everywhere (detach). On the head itself, else over the cluster's
-ssh (the head package's probe and fan-out)."""
+ssh (the head package's probe, sent through ssh_to_nodes)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import errno
 import os
 import socket
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.fanout import nodes_without_ranks, probe_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ssh_to_nodes import nodes_without_ranks, probe_nodes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.node_checks import interface_change
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import port_holders, port_in_use
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, group_runs, runs_listed

@@ -1,10 +1,10 @@
-"""fanout.py: the head's ssh to the other nodes, with a stand-in for ssh: the clean-up after a
+"""ssh_to_nodes.py: the head's ssh to the other nodes, with a stand-in for ssh: the clean-up after a
 failed run, and the closing of the ssh masters."""
 
 import json
 import time
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import fanout, report
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import ssh_to_nodes, report
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node
 
 NODES = [Node("head", "10.0.0.1", 4), Node("w1", "10.0.0.2", 2), Node("w2", "10.0.0.3", 2)]
@@ -28,7 +28,7 @@ def test_the_clean_up_after_a_failed_run_names_what_it_ended_and_the_silent_node
     fake.chmod(0o755)
     nodes = NODES + [Node("w3", "10.0.0.4", 2)]
     started = time.monotonic()
-    ended = fanout.end_run_on_nodes(nodes, "head", str(fake), "python3", "r1", grace=3, timeout=2)
+    ended = ssh_to_nodes.end_run_on_nodes(nodes, "head", str(fake), "python3", "r1", grace=3, timeout=2)
     assert time.monotonic() - started < 10  # bounded by `timeout`, not by the hung node
     assert json.loads(request.read_text()) == {"stop": {"run_id": "r1", "grace": 3}}
     assert ended == {
@@ -52,11 +52,11 @@ def test_closing_the_masters_asks_each_to_exit_and_removes_their_directory(tmp_p
     control_dir = tmp_path / "masters"
     control_dir.mkdir()
     (control_dir / "0123abcd").touch()  # a master's socket
-    fanout.close_ssh_masters(str(fake), str(control_dir), ["10.0.0.2", "10.0.0.3"])
+    ssh_to_nodes.close_ssh_masters(str(fake), str(control_dir), ["10.0.0.2", "10.0.0.3"])
     assert sorted(calls.read_text().splitlines()) == [
         f"-o ControlPath={control_dir}/%C -O exit 10.0.0.2", f"-o ControlPath={control_dir}/%C -O exit 10.0.0.3"]
     assert not control_dir.exists()
     empty = tmp_path / "none"
     empty.mkdir()
-    fanout.close_ssh_masters(None, str(empty), ["10.0.0.2"])  # no ssh: nothing to ask
+    ssh_to_nodes.close_ssh_masters(None, str(empty), ["10.0.0.2"])  # no ssh: nothing to ask
     assert not empty.exists()
