@@ -32,6 +32,20 @@ def pytest_collection_modifyitems(items):
     seconds = file_seconds()
     default = statistics.median(seconds.values()) if seconds else 0.0
     items.sort(key=lambda item: -seconds.get(item.path.name, default))  # stable: a file's own order stays
+    # The files that never use the session's cluster go second: while the first worker sets that
+    # cluster up from scratch, the other runs them instead of waiting to start its own from it.
+    without = {item.path for item in items} - {item.path for item in items if uses_the_session_cluster(item)}
+    first = next((item.path for item in items if item.path not in without), None)
+    items.sort(key=lambda item: 0 if item.path == first else 1 if item.path in without else 2)
+
+
+def uses_the_session_cluster(item):
+    """Whether a test asks for the `cluster` fixture below (not a module's own of that name), or for
+    test_cli_cluster's `target`, which asks for it unless TORCHFLEET_TEST_INVENTORY names another."""
+    fixtures = item._fixtureinfo.name2fixturedefs  # pylint: disable=protected-access
+    # The last definition of a name is the one the test gets.
+    return "target" in fixtures or any(not definition.baseid.endswith(".py")
+                                       for definition in fixtures.get("cluster", ())[-1:])
 
 
 @pytest.fixture(scope="session")
