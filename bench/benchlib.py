@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -38,6 +40,11 @@ def node_cpu_seconds(containers):
         elif v2.exists():
             total += int(re.search(r"usage_usec (\d+)", v2.read_text()).group(1)) / 1e6
     return total
+
+
+def inventory_hosts(path):
+    """The cluster group's hosts: on a local cluster, the containers' names."""
+    return list(yaml.safe_load(Path(path).read_text())["all"]["children"]["cluster"]["hosts"])
 
 
 def timed(argv, env, containers):

@@ -16,11 +16,8 @@ import argparse
 import json
 import statistics
 import sys
-from pathlib import Path
 
-import yaml
-
-from benchlib import REPO, commit, timed  # bench/ is the script's directory, first on sys.path
+from benchlib import REPO, commit, inventory_hosts, timed  # bench/ is the script's directory, first on sys.path
 
 SCRIPTS = {
     "train": ["-e", "script=examples/train.py", "-e", json.dumps({"script_args": [
@@ -35,7 +32,7 @@ def main():
     parser.add_argument("-i", "--inventory", default="inventory")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    containers = list(yaml.safe_load(Path(args.inventory).read_text())["all"]["children"]["cluster"]["hosts"])
+    containers = inventory_hosts(args.inventory)
     figures = {name: [] for name in SCRIPTS}
     for number in range(args.rounds):
         for name, extra in SCRIPTS.items():

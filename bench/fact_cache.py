@@ -18,20 +18,12 @@ import os
 import statistics
 import sys
 import tempfile
-from pathlib import Path
 
-import yaml
-
-from benchlib import REPO, commit, run_timed, timed  # bench/ is the script's directory, first on sys.path
+from benchlib import REPO, commit, inventory_hosts, run_timed, timed  # bench/ is the script's directory, first on sys.path
 
 PLUGINS = {"jsonfile": "ansible.builtin.jsonfile", "json_facts": "torchfleet.cluster.json_facts"}
 LAUNCH = ["-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e", json.dumps(
     {"script_args": ["--use-syn", "--epochs", "1", "--steps-per-epoch", "1", "--no-wandb", "--out-dir", "/tmp"]})]
-
-
-def inventory_hosts(path):
-    """The cluster group's hosts: on a local cluster, the containers' names."""
-    return list(yaml.safe_load(Path(path).read_text())["all"]["children"]["cluster"]["hosts"])
 
 
 def main():

@@ -6,11 +6,11 @@ way people do and check that setup says so and puts it right.
 
 import re
 import sys
-import time
 
 import pytest
 
 from ready_cluster import NODES, recap, run
+from test_faults import reachable, wait_until
 
 ENV_PYTHON = "/opt/torchfleet/envs/torchfleet/bin/python"
 pytestmark = pytest.mark.cluster
@@ -85,10 +85,4 @@ def test_an_unreachable_node_is_named_and_the_rest_completes(cluster):
     # Stopped before setup reached it, the node comes back as it was; that the next run converges
     # with a node back from a stop mid-way is test_faults' to prove. Back in the cluster once
     # Ansible reaches it again (sshd starts with the container).
-    for attempt in range(30):
-        pinged = run(["ansible", NODES[2], "-i", str(cluster.inventory), "-m", "ansible.builtin.ping"],
-                     env=cluster.env, timeout=120)
-        if pinged.returncode == 0:
-            break
-        time.sleep(1)
-    assert pinged.returncode == 0, pinged.stdout[-2000:]
+    wait_until(lambda: reachable(cluster), 120, f"{NODES[2]} reachable again")

@@ -18,14 +18,12 @@ import time
 import pytest
 
 from ready_cluster import NODES, REPO, run
+# Who may run where is the point here, not training: ticker.py's ranks (ENDLESS until stopped,
+# SHORT about 10 s).
+from test_run_lifecycle import ENDLESS, SHORT, TICKER
 
 pytestmark = pytest.mark.cluster
 BOB = "tfbob"
-# Who may run where is the point here, not training: ranks that print and sleep, with no torch to
-# import (ticker.py says why). One that runs until stopped, and one that ends in about 10 s.
-TICKER = "tests/integration/ticker.py"
-ENDLESS = ["--ticks", "1000", "--sleep", "0.8"]
-SHORT = ["--ticks", "20", "--sleep", "0.5"]
 RUNS = "/home/torchfleet/torchfleet/runs"
 LIMIT = 300
 LOCAL_FACTS = "/etc/ansible/facts.d/torchfleet.fact"
