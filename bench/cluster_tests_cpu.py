@@ -7,6 +7,7 @@ whole machine's busy CPU over the same time (which, with two workers, holds both
     python bench/cluster_tests_cpu.py           # the table, by file
 
 Writes bench/results/cluster_tests_cpu/<worker>.jsonl (appended to; remove the folder for a new run).
+`cluster_up` is the part of a test's wall time spent setting up the session's cluster.
 A worker's containers are those whose name holds its pid (ready_cluster's `tfit<pid>`, and the
 clusters tests make for themselves); a container restarted during a test (a node killed and
 started again) starts a new cgroup, so its CPU before the restart is lost to the figures.
@@ -55,14 +56,28 @@ def machine_busy():
     return sum(int(fields[i]) for i in (1, 2, 3, 6, 7)) / 100
 
 
+# Seconds the running test spent setting up the session's cluster (tests/integration/conftest.py's
+# `cluster`, the worker's first test that asks for it): not the test file's own seconds.
+CLUSTER_UP = {"seconds": 0.0}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):  # pylint: disable=unused-argument
+    started = time.monotonic()
+    yield
+    if fixturedef.argname == "cluster" and fixturedef.scope == "session":
+        CLUSTER_UP["seconds"] += time.monotonic() - started
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
+    CLUSTER_UP["seconds"] = 0.0
     started, controller, containers, busy = time.monotonic(), controller_cpu(), containers_cpu(), machine_busy()
     yield
     after = containers_cpu()
     row = {"test": item.nodeid, "wall": time.monotonic() - started, "controller": controller_cpu() - controller,
            "containers": sum(seconds - containers.get(cid, 0) for cid, seconds in after.items()),
-           "machine": machine_busy() - busy}
+           "machine": machine_busy() - busy, "cluster_up": CLUSTER_UP["seconds"]}
     RESULTS.mkdir(parents=True, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(RESULTS / f"{worker}.jsonl", "a", encoding="utf-8") as out:
