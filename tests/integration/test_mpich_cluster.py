@@ -1,8 +1,9 @@
 """MPICH beside Open MPI on three real containers: setup installs it (converging, idempotent, a node
 with another MPICH refused by name); launch_mode=mpich runs examples/train.py through MPICH's Hydra
-over the cluster's ssh, with the Open MPI modes' report, stop and timeout; examples/train_fsdp.py
-trains sharded on six workers, saves a DCP checkpoint on the nodes' shared directory and resumes it
-on other world sizes through the other launchers (Hydra, then Open MPI's rank mode).
+over the cluster's ssh, with the Open MPI modes' report, stop and timeout (the timeout with
+tests/integration/ticker.py's ranks, which need no torch); examples/train_fsdp.py trains sharded on
+six workers, saves a DCP checkpoint on the nodes' shared directory and resumes it on other world
+sizes through the other launchers (Hydra, then Open MPI's rank mode).
 
 The Open MPI tests that run after this file run with MPICH installed beside it: that is the proof
 that the two live on one node.
@@ -20,7 +21,9 @@ from torchfleet import devcluster
 pytestmark = pytest.mark.cluster
 RUNS = "/home/torchfleet/torchfleet/runs"
 HYDRA = ["-e", "launch_mode=mpich", "-e", "nproc_per_node=2"]
-LEFT = re.compile(r"train|torchrun|hydra_pmi_proxy|mpiexec|_on_node\.(supervisor|guardian)")
+LEFT = re.compile(r"train|ticker|torchrun|hydra_pmi_proxy|mpiexec|_on_node\.(supervisor|guardian)")
+# Ranks without torch (test_run_lifecycle's), where a test proves what Hydra's launch does with a run.
+TICKER = ["-e", "script=tests/integration/ticker.py"]
 
 
 def node_sh(node, script, user=None):
@@ -142,8 +145,7 @@ def test_hydra_run_detaches_carries_the_environment_and_stops_leaving_nothing(mp
 
 
 def test_hydra_run_past_its_timeout_is_stopped_leaving_nothing(mpich):
-    rc, output = mpich.launch("-e", "script=examples/train.py", *HYDRA, "-e", "launch_timeout=30",
-                              *script_args("--epochs", "100", "--steps-per-epoch", "5", "--sleep", "2"))
+    rc, output = mpich.launch(*TICKER, *HYDRA, "-e", "launch_timeout=30", *script_args("--ticks", "1000", "--sleep", "0.8"))
     assert rc != 0
     assert "outlived launch_timeout=30s and was stopped" in output, output[-3000:]
     for node in NODES:
