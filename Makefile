@@ -4,9 +4,8 @@ VENV ?= .venv
 NODES ?= 3
 # pytest workers of `make unit`'s cluster tests: each sets up a local cluster of its own and takes
 # whole test files, so one file's tests never share nodes with another's running at the same time.
-# The unit tests run after them, never beside: some start processes of runs on this machine, where
-# test_torchrun_launch_local's launches would find them alive and refuse to start. After, not
-# before: the cluster tests' first cluster, set up from scratch, holds back all the others.
+# The unit tests run first, alone: some start processes of runs on this machine, where
+# test_torchrun_launch_local's launches would find them alive and refuse to start.
 TEST_WORKERS ?= 2
 BIN := $(abspath $(VENV))/bin
 # Molecule, pytest and the playbooks find ansible-playbook, ansible and molecule in the venv.
@@ -14,8 +13,8 @@ export PATH := $(BIN):$(PATH)
 
 .PHONY: demo test lint sanity unit molecule image down
 
-# --no-compile: pip byte-compiles all 18,000 files of the test tools (most of them the `ansible`
-# package's collections) on one core; Python compiles the few that are imported on first use.
+# --no-compile: pip byte-compiles all 18,700 files of the test tools (most of them the `ansible`
+# package's collections) on one core; Python compiles the few that are imported, on first use.
 $(BIN)/torchfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --no-compile -e '.[test]'
@@ -28,26 +27,24 @@ demo: $(BIN)/torchfleet
 	ansible-playbook launch.yml -e script=examples/train.py -e nproc_per_node=2
 
 # Every test: lint, ansible-test sanity and the Molecule scenario beside the unit and cluster
-# tests, three jobs at once. Their containers, names and networks are their own. The three beside
-# give way to the cluster tests, whose first cluster's setup from scratch holds back every test
-# after it: they run niced, Molecule's nodes with a quarter of Docker's CPU weight, and take the
-# cores the cluster tests leave idle later (docs/performance.md). Lines of the jobs interleave,
-# each line whole (-Oline).
+# tests, three jobs at once. Their containers, names and networks are their own; sanity waits
+# much of its time on its venvs' downloads on a fresh clone, and the cluster tests leave the cores
+# a little idle (docs/performance.md). Lines of the jobs interleave, each line whole (-Oline).
 test:
-	$(MAKE) --no-print-directory -j3 -Oline unit lint sanity molecule BESIDE="nice -n 10" MOLECULE_CPU_SHARES=256
+	$(MAKE) --no-print-directory -j3 -Oline unit lint sanity molecule
 
 # ansible-lint (production profile), every role's argument spec against its defaults, and the
 # launch role's spec, defaults, launch.yml's short names and run.yml's module options against
 # the launch option table.
 lint: $(BIN)/torchfleet
-	$(BESIDE) ansible-lint
-	$(BESIDE) $(BIN)/python tests/lint/role_defaults.py
-	$(BESIDE) $(BIN)/python tools/write_launch_options.py --check
+	ansible-lint
+	$(BIN)/python tests/lint/role_defaults.py
+	$(BIN)/python tools/write_launch_options.py --check
 
 # ansible-test sanity on a copy laid out as ansible_collections/torchfleet/cluster, offline but for
 # PyPI; what it ignores is in tests/sanity/ignore-2.19.txt. ARGS go to ansible-test (--test pylint).
 sanity: $(BIN)/torchfleet
-	$(BESIDE) $(BIN)/python tests/sanity/run.py $(ARGS)
+	$(BIN)/python tests/sanity/run.py $(ARGS)
 
 # The node images (plain, and with Slurm for the tests' cluster), built once and cached (and the
 # Docker engine, started or installed if needed).
@@ -57,13 +54,11 @@ image: $(BIN)/torchfleet
 unit: image
 	@command -v mpirun >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq openmpi-bin; } || { echo "install Open MPI (openmpi-bin) for the tests"; exit 1; }
-	pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration
 	pytest tests/unit
+	pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration
 
-# MOLECULE_CPU_SHARES: the CPU weight of the scenario's nodes (docker update --cpu-shares; Docker's
-# default is 1024), set in its prepare step.
 molecule: image
-	TORCHFLEET_MOLECULE_CPU_SHARES=$(MOLECULE_CPU_SHARES) $(BESIDE) molecule test
+	molecule test
 
 # Remove the demo's local cluster.
 down: $(BIN)/torchfleet
