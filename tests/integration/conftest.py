@@ -46,7 +46,7 @@ class FileWhenOneTestIsLeft(LoadFileScheduling):
     minute or two the other worker could have taken it sooner. One is the least: a worker runs a
     test only once it knows the next (for the fixtures' teardown)."""
 
-    def _reschedule(self, node):
+    def _reschedule(self, node):  # pytest-xdist's own, as of 3.8: its heuristic is `> 2`
         if not node.shutting_down and self.workqueue and self._pending_of(self.assigned_work[node]) > 1:
             return
         super()._reschedule(node)
@@ -54,7 +54,8 @@ class FileWhenOneTestIsLeft(LoadFileScheduling):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    return FileWhenOneTestIsLeft(config, log)
+    """`make unit`'s --dist loadfile; any other mode keeps pytest-xdist's scheduler (None)."""
+    return FileWhenOneTestIsLeft(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def uses_the_session_cluster(item):
