@@ -16,14 +16,14 @@ import re
 import pytest
 
 from ready_cluster import NODES, recap, run, training_result
+# Ranks without torch, where a test proves what Hydra's launch does with a run, not training.
+from test_run_lifecycle import ENDLESS, TICKER
 from torchfleet import devcluster
 
 pytestmark = pytest.mark.cluster
 RUNS = "/home/torchfleet/torchfleet/runs"
 HYDRA = ["-e", "launch_mode=mpich", "-e", "nproc_per_node=2"]
 LEFT = re.compile(r"train|ticker|torchrun|hydra_pmi_proxy|mpiexec|_on_node\.(supervisor|guardian)")
-# Ranks without torch (test_run_lifecycle's), where a test proves what Hydra's launch does with a run.
-TICKER = ["-e", "script=tests/integration/ticker.py"]
 
 
 def node_sh(node, script, user=None):
@@ -145,7 +145,7 @@ def test_hydra_run_detaches_carries_the_environment_and_stops_leaving_nothing(mp
 
 
 def test_hydra_run_past_its_timeout_is_stopped_leaving_nothing(mpich):
-    rc, output = mpich.launch(*TICKER, *HYDRA, "-e", "launch_timeout=30", *script_args("--ticks", "1000", "--sleep", "0.8"))
+    rc, output = mpich.launch("-e", f"script={TICKER}", *HYDRA, "-e", "launch_timeout=30", *script_args(*ENDLESS))
     assert rc != 0
     assert "outlived launch_timeout=30s and was stopped" in output, output[-3000:]
     for node in NODES:
