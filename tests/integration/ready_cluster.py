@@ -109,6 +109,9 @@ class Cluster:
         with open(self.inventory, "a", encoding="utf-8") as inventory:
             # The spec the tests' scripts need: tqdm draws the progress bars test_run_output follows.
             inventory.write(f"        python_env_packages: {json.dumps(TEST_PACKAGES)}\n")
+            # Open MPI's runtime only: the default adds libopenmpi-dev, whose compilers (gcc,
+            # gfortran: 128 packages, not 31) no test uses; Molecule's scenario installs the default.
+            inventory.write("        openmpi_packages: [openmpi-bin]\n")
             # Launches go over ssh unless a test asks for Slurm (--scheduler slurm), though setup
             # sets Slurm up, where a launch would otherwise submit through it.
             inventory.write("        scheduler: none\n")
