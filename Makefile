@@ -27,24 +27,26 @@ demo: $(BIN)/torchfleet
 	ansible-playbook launch.yml -e script=examples/train.py -e nproc_per_node=2
 
 # Every test: lint, ansible-test sanity and the Molecule scenario beside the unit and cluster
-# tests, three jobs at once. Their containers, names and networks are their own; sanity waits
-# much of its time on its venvs' downloads on a fresh clone, and the cluster tests leave the cores
-# a little idle (docs/performance.md). Lines of the jobs interleave, each line whole (-Oline).
+# tests, three jobs at once. Their containers, names and networks are their own. The three beside
+# give way to the cluster tests, whose first cluster's setup from scratch holds back every test
+# after it: they run niced, Molecule's nodes with a quarter of Docker's CPU weight, and take the
+# cores the cluster tests leave idle later (docs/performance.md). Lines of the jobs interleave,
+# each line whole (-Oline).
 test:
-	$(MAKE) --no-print-directory -j3 -Oline unit lint sanity molecule
+	$(MAKE) --no-print-directory -j3 -Oline unit lint sanity molecule BESIDE="nice -n 10" MOLECULE_CPU_SHARES=256
 
 # ansible-lint (production profile), every role's argument spec against its defaults, and the
 # launch role's spec, defaults, launch.yml's short names and run.yml's module options against
 # the launch option table.
 lint: $(BIN)/torchfleet
-	ansible-lint
-	$(BIN)/python tests/lint/role_defaults.py
-	$(BIN)/python tools/write_launch_options.py --check
+	$(BESIDE) ansible-lint
+	$(BESIDE) $(BIN)/python tests/lint/role_defaults.py
+	$(BESIDE) $(BIN)/python tools/write_launch_options.py --check
 
 # ansible-test sanity on a copy laid out as ansible_collections/torchfleet/cluster, offline but for
 # PyPI; what it ignores is in tests/sanity/ignore-2.19.txt. ARGS go to ansible-test (--test pylint).
 sanity: $(BIN)/torchfleet
-	$(BIN)/python tests/sanity/run.py $(ARGS)
+	$(BESIDE) $(BIN)/python tests/sanity/run.py $(ARGS)
 
 # The node images (plain, and with Slurm for the tests' cluster), built once and cached (and the
 # Docker engine, started or installed if needed).
@@ -57,8 +59,10 @@ unit: image
 	pytest tests/unit
 	pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration
 
+# MOLECULE_CPU_SHARES: the CPU weight of the scenario's nodes (docker update --cpu-shares; Docker's
+# default is 1024), set in its prepare step.
 molecule: image
-	molecule test
+	TORCHFLEET_MOLECULE_CPU_SHARES=$(MOLECULE_CPU_SHARES) $(BESIDE) molecule test
 
 # Remove the demo's local cluster.
 down: $(BIN)/torchfleet
