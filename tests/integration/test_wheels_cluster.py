@@ -94,7 +94,8 @@ def test_a_node_that_cannot_get_the_wheels_is_named_and_the_others_complete(clus
     # The last node cannot reach any wheel server: a routing rule of its own makes its connections
     # to the spread's port unreachable (ssh, and every other port, pass). Each fetch writes a
     # temporary file of its own name, so the file it writes into can no longer be taken ahead.
-    node_sh(NODES[2], f"ip rule add ipproto tcp dport {SPREAD_PORT} unreachable pref 100")
+    # TCP by its number: the nodes have no /etc/protocols (netbase) for ip to read "tcp" from.
+    node_sh(NODES[2], f"ip rule add ipproto 6 dport {SPREAD_PORT} unreachable pref 100")
     try:
         rc, output = cluster.setup()
         flat = " ".join(output.split())
