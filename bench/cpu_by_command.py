@@ -81,7 +81,7 @@ def main():
           f"containers {total['containers']:.0f}")
     both = where["controller"] + where["containers"]
     print(f"{'command':16s} {'controller':>10s} {'containers':>10s} {'processes':>9s}")
-    for command, _ in both.most_common(args.top):
+    for command, _cpu in both.most_common(args.top):
         print(f"{command:16s} {where['controller'][command]:10.1f} {where['containers'][command]:10.1f} "
               f"{count[command]:9d}")
 
