@@ -37,9 +37,11 @@ test:
 
 # ansible-lint (production profile), every role's argument spec against its defaults, and the
 # launch role's spec, defaults, launch.yml's short names and run.yml's module options against
-# the launch option table.
+# the launch option table. ANSIBLE_HOME: offline, ansible-lint looks for collections in its cache
+# first (~/.ansible/collections by default), where a copy of this collection from elsewhere
+# (a Molecule prerun, an install by hand) would hide the checkout's own modules.
 lint: $(BIN)/torchfleet
-	$(BESIDE) ansible-lint
+	ANSIBLE_HOME=$(CURDIR)/.cache/ansible-lint $(BESIDE) ansible-lint
 	$(BESIDE) $(BIN)/python tests/lint/role_defaults.py
 	$(BESIDE) $(BIN)/python tools/write_launch_options.py --check
 
