@@ -4,8 +4,9 @@ VENV ?= .venv
 NODES ?= 3
 # pytest workers of `make unit`'s cluster tests: each sets up a local cluster of its own and takes
 # whole test files, so one file's tests never share nodes with another's running at the same time.
-# The unit tests run first, alone: some start processes of runs on this machine, where
-# test_torchrun_launch_local's launches would find them alive and refuse to start.
+# The unit tests run first, before the cluster tests (on as many workers): some start processes
+# of runs on this machine, where test_torchrun_launch_local's launches would find them alive and
+# refuse to start.
 TEST_WORKERS ?= 2
 BIN := $(abspath $(VENV))/bin
 # Molecule, pytest and the playbooks find ansible-playbook, ansible and molecule in the venv.
@@ -58,7 +59,7 @@ image: $(BIN)/torchfleet
 unit: image
 	@command -v mpirun >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 	  apt-get install -y -qq openmpi-bin; } || { echo "install Open MPI (openmpi-bin) for the tests"; exit 1; }
-	pytest tests/unit
+	pytest -n $(TEST_WORKERS) tests/unit
 	pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests/integration
 
 # MOLECULE_CPU_SHARES: the CPU weight of the scenario's nodes (docker update --cpu-shares; Docker's
