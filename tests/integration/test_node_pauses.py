@@ -10,7 +10,8 @@ import time
 import uuid
 
 from ready_cluster import NODES, training_result
-from test_faults import LAUNCH_TIMEOUT, RUNS, STARTED_WITHIN, Background, checkpointed, docker, head_record, wait_until
+from test_faults import (LAUNCH_TIMEOUT, RUNS, STARTED_WITHIN, Background, checkpointed, docker, head_record,
+                         pause_node, wait_until)
 from test_faults import restored  # noqa: F401 pylint: disable=unused-import
 
 
@@ -24,7 +25,7 @@ def blip_run(cluster, run_id, pause, *extra):
                                           "--out-dir", f"/tmp/{run_id}"]})))
     try:
         wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint", launch)
-        assert docker("pause", NODES[2]).returncode == 0
+        assert pause_node(NODES[2]).returncode == 0
         time.sleep(pause)
         assert docker("unpause", NODES[2]).returncode == 0
         rc, output, _since_start = launch.wait(LAUNCH_TIMEOUT * 4)

@@ -15,7 +15,7 @@ import pytest
 
 from ready_cluster import NAME, NODES, training_result
 from test_faults import (LAUNCH_TIMEOUT, RUNS, SHORT_TOLERANCE, STARTED_WITHIN, Background, checkpointed,
-                         docker, head_record, wait_until)
+                         docker, head_record, pause_node, wait_until)
 from test_faults import restored  # noqa: F401 pylint: disable=unused-import
 from test_run_lifecycle import runs_json
 from torchfleet import devcluster
@@ -71,7 +71,7 @@ def test_a_node_lost_to_a_pause_is_taken_back_at_the_next_checkpoint_redoing_not
                          "-e", f"launch_heartbeat_timeout={SHORT_TOLERANCE}", "-e", "rejoin_after=3")
     try:
         wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint", launch)
-        assert docker("pause", NODES[2]).returncode == 0
+        assert pause_node(NODES[2]).returncode == 0
         try:
             wait_until(lambda: head_record(run_id).get("restarts") == 1, SHORT_TOLERANCE + 60, "the shrink", launch)
         finally:
@@ -107,7 +107,7 @@ def test_a_node_back_with_another_environment_is_not_taken_back_and_the_record_s
         wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint", launch)
         # The environment changes on the node while it is away (a package removed by hand).
         assert docker("exec", NODES[2], "mv", moved, f"{moved}.away").returncode == 0
-        assert docker("pause", NODES[2]).returncode == 0
+        assert pause_node(NODES[2]).returncode == 0
         try:
             wait_until(lambda: head_record(run_id).get("restarts") == 1, SHORT_TOLERANCE + 60, "the shrink", launch)
         finally:
