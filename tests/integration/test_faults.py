@@ -29,6 +29,7 @@ import uuid
 
 import pytest
 
+from node_reads import contains, is_file, processes, read_text
 from ready_cluster import NAME, NODES, recap, run, training_result
 from torchfleet import devcluster
 from torchfleet.devcluster import DOMAIN
@@ -50,7 +51,7 @@ CHANGES_BEGIN = "TASK [torchfleet.cluster.cluster_user :"
 STARTED_WITHIN = 240  # from ansible-playbook to training on every node, on a busy machine
 KILLED_RUN_ENDS_WITHIN = 120
 INTERRUPTED_RUN_ENDS_WITHIN = 60
-LAUNCH_TIMEOUT = 90  # a launch took up to 56 s to start training on a busy machine
+LAUNCH_TIMEOUT = 90  # a launch's time to training, with room for a busy machine
 SILENT_NODE_TIMEOUT = 20  # launch_silent_node_timeout of the cut-off test (the default is 120)
 SHORT_TOLERANCE = 12  # launch_heartbeat_timeout of the tests of a silence past it (the default is 30)
 
@@ -73,13 +74,12 @@ def pause_node(node):
 
 def left_on(node):
     """Processes of any run of the training account on `node`, as `pid command` lines."""
-    found = docker("exec", node, "pgrep", "-u", "torchfleet", "-a", "-f", RUN_PROCESSES)
-    return found.stdout.splitlines()
+    return processes(node, "torchfleet", RUN_PROCESSES)
 
 
 def training_on(node, run_id):
     """Whether the run's worker on `node` has joined the process group (train.py says so once)."""
-    return docker("exec", node, "grep", "-rqs", "TORCHFLEET_RANK", f"{RUNS}/{run_id}/workers").returncode == 0
+    return contains(node, f"{RUNS}/{run_id}/workers", "TORCHFLEET_RANK")
 
 
 def wait_until(condition, seconds, what, launch=None):
@@ -154,7 +154,7 @@ def seconds_until_named(state, since, limit=60):
     """Seconds from `since` until the run's record (`state`, on the head) names a lost node; None
     if not within `limit`."""
     while time.monotonic() - since < limit:
-        if json.loads(docker("exec", NODES[0], "cat", state).stdout or "{}").get("lost_nodes"):
+        if json.loads(read_text(NODES[0], state) or "{}").get("lost_nodes"):
             return time.monotonic() - since
         time.sleep(0.3)
     return None
@@ -344,9 +344,9 @@ def test_a_node_cut_off_with_restarts_allowed_resumes_on_the_nodes_left_and_is_f
     state = f"{RUNS}/{run_id}/state.json"
 
     def record():
-        return json.loads(docker("exec", NODES[0], "cat", state).stdout or "{}")
+        return json.loads(read_text(NODES[0], state) or "{}")
     try:
-        wait_until(lambda: docker("exec", NODES[0], "test", "-f", f"{checkpoint}/checkpoint.pt").returncode == 0,
+        wait_until(lambda: is_file(NODES[0], f"{checkpoint}/checkpoint.pt"),
                    STARTED_WITHIN, "the first checkpoint", launch)
         assert docker("network", "disconnect", NETWORK, NODES[2]).returncode == 0
         cut = time.monotonic()
@@ -411,8 +411,8 @@ def checkpointing_run(run_id):
 
 
 def head_record(run_id):
-    return json.loads(docker("exec", NODES[0], "cat", f"{RUNS}/{run_id}/state.json").stdout or "{}")
+    return json.loads(read_text(NODES[0], f"{RUNS}/{run_id}/state.json") or "{}")
 
 
 def checkpointed(run_id):
-    return docker("exec", NODES[0], "test", "-f", f"/tmp/{run_id}/checkpoint.pt").returncode == 0
+    return is_file(NODES[0], f"/tmp/{run_id}/checkpoint.pt")

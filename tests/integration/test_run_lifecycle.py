@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from node_reads import processes
 from ready_cluster import NODES, REPO, run
 
 pytestmark = pytest.mark.cluster
@@ -45,8 +46,7 @@ def torchfleet(cluster, *args, timeout=LIMIT):
 
 
 def left_on(node):
-    found = run(["docker", "exec", node, "pgrep", "-u", "torchfleet", "-a", "-f", RUN_PROCESSES], timeout=60)
-    return found.stdout.splitlines()
+    return processes(node, "torchfleet", RUN_PROCESSES)
 
 
 def runs_json(cluster):
