@@ -248,6 +248,7 @@ def status(name: str = "local") -> list[dict]:
 
 
 def validate_name(name: str) -> str:
-    if not name or not all(c.isalnum() or c == "-" for c in name) or name.startswith("-"):
-        raise ClusterError(f"cluster name {name!r} is not valid: use letters, digits and '-'")
+    # ASCII only: Docker's container and network names take no other letters.
+    if not name or not all(c.isascii() and (c.isalnum() or c == "-") for c in name) or name.startswith("-"):
+        raise ClusterError(f"cluster name {name!r} is not valid: use ASCII letters, digits and '-'")
     return name
