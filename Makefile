@@ -14,7 +14,7 @@ export PATH := $(BIN):$(PATH)
 
 .PHONY: demo test lint sanity unit molecule image down
 
-# --no-compile: pip byte-compiles all 18,700 files of the test tools (most of them the `ansible`
+# --no-compile: pip byte-compiles every file of the test tools (most of them the `ansible`
 # package's collections) on one core; Python compiles the few that are imported, on first use.
 $(BIN)/torchfleet: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

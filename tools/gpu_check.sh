@@ -56,8 +56,8 @@ cp "$RUN/state.json" "$OUT/state.json" 2>/dev/null
 ls -R "$HOME/.local/share/torchfleet/head" > "$OUT/head_package.txt" 2>&1
 # The follower as `torchfleet logs` sends it to the head (python3 -S -c PROGRAM print RUN_DIR 0 start).
 "$PY" -c "import sys; sys.path.insert(0, '.collections')
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import fanout, follower
-sys.stdout.write(fanout.program(follower.PROGRAM, 'follower'))" > /tmp/follower.py
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import follower, ssh_to_nodes
+sys.stdout.write(ssh_to_nodes.program(follower.PROGRAM, 'follower'))" > /tmp/follower.py
 "$PY" -S -c "$(cat /tmp/follower.py)" print "$RUN" 0 start > "$OUT/follower.txt" 2>&1
 echo "follower rc $?" >> "$OUT/follower.txt"
 tail -5 "$OUT/launch.log"; tail -3 "$OUT/follower.txt"

@@ -26,7 +26,7 @@ options:
         C(head_mpirun)), C(reserved_action) (what -e action= gave; refused, as Ansible reserves
         the name), and C(facts_pending) (setup's facts are to be read back from the nodes, and
         the checks that need them wait for that). The checks are
-        C(plugins/module_utils/_launch_request.py)'s C(problems()).
+        C(plugins/module_utils/_launch_checks.py)'s C(problems()).
     type: dict
     required: true
 """

@@ -1,7 +1,7 @@
 """A rank that prints a line a tick and sleeps between them: the script the cluster tests launch
 where they prove what torchfleet does with a run (detach, follow, wait, stop, Ctrl-C), not what
-PyTorch does. It imports no torch: torch's import and DistributedDataParallel's cost a rank of
-examples/train.py about 3 CPU-seconds (docs/performance.md), and the tests that prove training
+PyTorch does. It imports no torch: torch's import and DistributedDataParallel's are most of
+what a rank of examples/train.py costs (docs/performance.md), and the tests that prove training
 still launch examples/train.py.
 
 Its lines: `TICKER rank=R local_rank=L world_size=W host=H` first, `tick N/M` after each sleep,

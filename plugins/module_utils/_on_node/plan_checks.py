@@ -140,7 +140,7 @@ def _check_network(network):
 
 def _packed_ip(address: str):
     """(family, bytes) for an IP literal, None for a DNS name. inet_pton is a pure conversion,
-    several times faster than ipaddress, which matters on 10,000-node plans."""
+    cheaper than ipaddress, and a plan checks every node's address."""
     for family in (socket.AF_INET, socket.AF_INET6):
         try:
             return family, socket.inet_pton(family, address)
