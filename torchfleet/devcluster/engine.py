@@ -45,7 +45,8 @@ def debian_like() -> bool:
     except OSError:
         return False
     fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-    ids = {fields.get("ID", "").strip('"')} | set(fields.get("ID_LIKE", "").strip('"').split())
+    # os-release quotes a value with double or single quotes, or not at all.
+    ids = {fields.get("ID", "").strip("\"'")} | set(fields.get("ID_LIKE", "").strip("\"'").split())
     return bool(ids & {"debian", "ubuntu"})
 
 

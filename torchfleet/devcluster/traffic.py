@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from torchfleet.devcluster.cluster import network
-from torchfleet.devcluster.engine import docker, run
+from torchfleet.devcluster.engine import ClusterError, docker, run
 
 
 class ControllerTraffic:
@@ -17,9 +17,14 @@ class ControllerTraffic:
     counted. Needs root and iptables; a context manager that removes its rule."""
 
     def __init__(self, name: str):
-        subnet = docker("network", "inspect", "--format", "{{range .IPAM.Config}}{{.Subnet}} {{end}}",
-                        network(name)).stdout.split()
-        self.spec = ["OUTPUT", "-d", next(s for s in subnet if ":" not in s),
+        subnets = docker("network", "inspect", "--format", "{{range .IPAM.Config}}{{.Subnet}} {{end}}",
+                         network(name)).stdout.split()
+        ipv4 = [subnet for subnet in subnets if ":" not in subnet]
+        if not ipv4:
+            raise ClusterError(f"network {network(name)} has no IPv4 subnet ({' '.join(subnets) or 'none'}) to count "
+                               f"the controller's traffic on: recreate the cluster with `torchfleet cluster down --name {name}` "
+                               f"and `torchfleet cluster up --name {name}`")
+        self.spec = ["OUTPUT", "-d", ipv4[0],
                      "-m", "comment", "--comment", f"torchfleet-traffic-{name}-{os.getpid()}"]
 
     def __enter__(self) -> "ControllerTraffic":

@@ -63,6 +63,8 @@ def test_debian_like_takes_debian_and_ubuntu_from_id_or_id_like_of_os_release(tm
     assert engine.debian_like() is True
     os_release.write_text('ID="elementary"\nID_LIKE=ubuntu\n')
     assert engine.debian_like() is True
+    os_release.write_text("ID='debian'\n")  # single quotes, as os-release allows
+    assert engine.debian_like() is True
     os_release.write_text('ID="rocky"\nID_LIKE="rhel centos fedora"\n')
     assert engine.debian_like() is False
 

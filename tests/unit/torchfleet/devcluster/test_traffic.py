@@ -4,7 +4,10 @@ cluster, the sum read back from its listing, and the nodes' receive counters. No
 import os
 import subprocess
 
+import pytest
+
 from torchfleet.devcluster import traffic
+from torchfleet.devcluster.engine import ClusterError
 
 SUBNETS = ("network", "inspect", "--format", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", "tf-lab")
 
@@ -24,6 +27,15 @@ def test_the_rule_matches_the_clusters_ipv4_subnet_under_a_comment_naming_cluste
     counter = traffic.ControllerTraffic("lab")
     assert calls == [SUBNETS]
     assert counter.spec == ["OUTPUT", "-d", "172.18.0.0/16", "-m", "comment", "--comment", f"torchfleet-traffic-lab-{os.getpid()}"]
+
+
+def test_a_network_without_an_ipv4_subnet_is_named_with_the_commands_that_make_the_cluster_again(fake_docker):
+    fake_docker(traffic, {SUBNETS: "fd00:1::/64\n"})
+    with pytest.raises(ClusterError) as raised:
+        traffic.ControllerTraffic("lab")
+    assert str(raised.value) == ("network tf-lab has no IPv4 subnet (fd00:1::/64) to count the controller's traffic on: "
+                                 "recreate the cluster with `torchfleet cluster down --name lab` and "
+                                 "`torchfleet cluster up --name lab`")
 
 
 def test_the_rule_is_inserted_on_entering_and_deleted_on_leaving_without_failing_there(monkeypatch, fake_docker):
