@@ -48,46 +48,45 @@ def _first_process(node):
 
 
 def _through_root(node, read):
-    """read(root) on the node's filesystem as this machine sees it; None if the node is not
-    running. A read that fails because the pid went under it is tried once more, looked up again."""
+    """read(root, (container id, pid)) on the node's filesystem as this machine sees it; None if
+    the node is not running. What was read while the pid went under it (an error, or a file or
+    process missing because the node's root was gone) is no answer about the node: it is read
+    once more, looked up again."""
     for _attempt in range(2):
         known = _first_process(node)
         if known is None:
             return None
         try:
-            return read(Path(f"/proc/{known[1]}/root"))
+            answer = read(Path(f"/proc/{known[1]}/root"), known)
         except OSError:
             if known[0] in _cgroup(known[1]):
                 raise
+            continue
+        if known[0] in _cgroup(known[1]):
+            return answer
     return None
 
 
 def read_text(node, path):
     """The file's text; "" if it or the node is not there (as `docker exec NODE cat` gives)."""
-    def text(root):
+    def text(root, _known):
         try:
             return (root / path.lstrip("/")).read_text(encoding="utf-8", errors="replace")
         except (FileNotFoundError, NotADirectoryError):
-            if not root.exists():  # the node's first process went: not an answer about the file
-                raise
             return ""
     return _through_root(node, text) or ""
 
 
 def is_file(node, path):
     """Whether the file is there (`docker exec NODE test -f`)."""
-    def there(root):
-        if not root.exists():
-            raise FileNotFoundError(root)
+    def there(root, _known):
         return (root / path.lstrip("/")).is_file()
     return bool(_through_root(node, there))
 
 
 def contains(node, directory, text):
     """Whether a file under `directory` holds `text` (`docker exec NODE grep -rqs`)."""
-    def found(root):
-        if not root.exists():
-            raise FileNotFoundError(root)
+    def found(root, _known):
         for folder, _dirs, files in os.walk(root / directory.lstrip("/")):
             for name in files:
                 try:
@@ -111,14 +110,15 @@ def _procs(container, pid):
     """Host pids of the container's processes, from the cgroup its first process is in."""
     for line in _cgroup(pid).splitlines():
         hierarchy, controllers, path = line.split(":", 2)
+        if container not in path:
+            continue
         candidates = ([f"/sys/fs/cgroup/pids{path}"] if "pids" in controllers.split(",") else
                       [f"/sys/fs/cgroup{path}", f"/sys/fs/cgroup/unified{path}"] if hierarchy == "0" else [])
         for folder in candidates:
-            if container in path:
-                try:
-                    return Path(folder, "cgroup.procs").read_text(encoding="utf-8").split()
-                except OSError:
-                    continue
+            try:
+                return Path(folder, "cgroup.procs").read_text(encoding="utf-8").split()
+            except OSError:
+                continue
     # No cgroup file to read: every process of this machine whose cgroup names the container.
     return [entry for entry in os.listdir("/proc") if entry.isdigit() and container in _cgroup(entry)]
 
@@ -128,11 +128,10 @@ def processes(node, user, pattern):
     numbers it, for the user's processes whose command line matches the (extended) regex."""
     matches = re.compile(pattern).search
 
-    def listed(root):
+    def listed(root, known):
         uid = _uid(root, user)
-        container = _containers[node][0]
         lines = []
-        for host_pid in _procs(container, _containers[node][1]):
+        for host_pid in _procs(*known):
             try:
                 status = Path(f"/proc/{host_pid}/status").read_text(encoding="utf-8")
                 argv = Path(f"/proc/{host_pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")

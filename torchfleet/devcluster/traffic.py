@@ -17,11 +17,12 @@ class ControllerTraffic:
     counted. Needs root and iptables; a context manager that removes its rule."""
 
     def __init__(self, name: str):
+        named = network(name)
         subnets = docker("network", "inspect", "--format", "{{range .IPAM.Config}}{{.Subnet}} {{end}}",
-                         network(name)).stdout.split()
+                         named).stdout.split()
         ipv4 = [subnet for subnet in subnets if ":" not in subnet]
         if not ipv4:
-            raise ClusterError(f"network {network(name)} has no IPv4 subnet ({' '.join(subnets) or 'none'}) to count "
+            raise ClusterError(f"network {named} has no IPv4 subnet ({' '.join(subnets) or 'none'}) to count "
                                f"the controller's traffic on: recreate the cluster with `torchfleet cluster down --name {name}` "
                                f"and `torchfleet cluster up --name {name}`")
         self.spec = ["OUTPUT", "-d", ipv4[0],
