@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Turn a handful of machines into a multi-node PyTorch cluster and launch on it.",
     )
     parser.add_argument("--version", action="version", version=f"torchfleet {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # COMMAND, not the list of every command, which is wider than a terminal of 80 columns.
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     cluster = sub.add_parser("cluster", help="a local cluster of containers for trying and testing")
     cluster.add_argument("action", choices=["up", "down", "image", "status"],

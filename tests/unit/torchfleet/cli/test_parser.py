@@ -27,3 +27,14 @@ def test_the_launch_options_flags_come_from_the_option_table_and_pass_on_by_thei
     flagged = [option for option in module_util("_launch_options").OPTIONS if option.cli]
     assert {option.name for option in flagged} == {"max_restarts", "min_nodes", "spare_nodes", "share_nodes", "scheduler"}
     assert all(option.short for option in flagged)
+
+
+def test_every_help_fits_a_terminal_of_80_columns(monkeypatch):
+    """argparse wraps to COLUMNS; what it cannot wrap (a usage line listing every command) must
+    not be there."""
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # pylint: disable=protected-access
+    for name, command in [("torchfleet", parser), *commands.items()]:
+        wide = [line for line in command.format_help().splitlines() if len(line) > 80]
+        assert not wide, (name, wide)
