@@ -13,7 +13,12 @@ version_added: "1.0.0"
 description:
   - Makes each directory of O(paths) where it is missing, its missing parents too, and gives it
     the owner, group and mode asked for, as M(ansible.builtin.file) with C(state=directory) does
-    for one path; a symbolic link is followed.
+    for one path.
+  - Each path is walked from C(/) one component at a time without following a symbolic link
+    that another account than root could have made (one owned by root, in a directory only root
+    can write, is followed), and changed through its own descriptor; such a link, dangling or
+    not, fails the module naming it and its fix, before anything more is made (the collection's
+    C(docs/security.md)).
   - One run of a module on a node for what would be one per directory in a loop of
     M(ansible.builtin.file), each of which starts Python and Ansible's module code on the node again.
 options:
@@ -31,7 +36,7 @@ options:
         description: Its owner; unset, the owner it has (or, made here, the user that runs the module).
         type: str
       group:
-        description: Its group; unset, as O(paths[].owner).
+        description: Its group; unset, the group it has (or, made here, that of the user that runs the module).
         type: str
       mode:
         description: Its mode, octal (V(0750)) or symbolic (V(u+rwx)), as M(ansible.builtin.file) takes it.

@@ -78,10 +78,51 @@ def test_a_file_in_the_way_is_named_and_nothing_after_it_is_made(tmp_path):
     assert (tmp_path / "taken").read_text() == "a user's file\n" and not (tmp_path / "after").exists()
 
 
-def test_a_link_to_a_directory_is_followed(tmp_path):
+def test_a_link_root_made_in_a_directory_of_roots_is_followed(tmp_path):
+    # tmp_path: root's, 0700, as /home is: a link there only root could have made.
     target = tmp_path / "target"
     target.mkdir(mode=0o755)
     os.chmod(target, 0o755)
     (tmp_path / "link").symlink_to(target)
     result = directories(tmp_path, [{"path": str(tmp_path / "link"), "mode": "0700"}])
     assert result["changed"] and mode(target) == 0o700 and (tmp_path / "link").is_symlink(), result
+
+
+def account_home(tmp_path):
+    """A home of another account (nobody's), as the training account's is to root."""
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, pwd.getpwnam("nobody").pw_uid, -1)
+    return home
+
+
+def plant(link, target):
+    """A link the account made: its owner the account's."""
+    link.symlink_to(target)
+    os.lchown(link, pwd.getpwnam("nobody").pw_uid, -1)
+
+
+def test_a_link_an_account_planted_to_a_directory_of_roots_is_refused_and_left(tmp_path):
+    home, roots = account_home(tmp_path), tmp_path / "roots"
+    roots.mkdir(mode=0o755)
+    os.chmod(roots, 0o755)
+    plant(home / ".local", roots)
+    result = directories(tmp_path, [{"path": str(home / ".local"), "owner": "nobody", "mode": "u+rwx"},
+                                    {"path": str(home / ".local" / "state"), "owner": "nobody"},
+                                    {"path": str(tmp_path / "after")}])
+    assert result.get("failed"), result
+    assert f"{home / '.local'} is a symbolic link (to {roots})" in result["msg"] and f"rm {home / '.local'}" in result["msg"]
+    assert os.stat(roots).st_uid == 0 and mode(roots) == 0o755 and not (roots / "state").exists()
+    assert not (tmp_path / "after").exists()
+
+
+def test_a_dangling_link_an_account_planted_is_refused_and_nothing_made_where_it_points(tmp_path):
+    home = account_home(tmp_path)
+    (home / ".ansible").mkdir()
+    os.chown(home / ".ansible", pwd.getpwnam("nobody").pw_uid, -1)
+    plant(home / ".ansible" / "tmp", tmp_path / "etc" / "made" / "here")
+    result = directories(tmp_path, [{"path": str(home / ".ansible" / "tmp"), "owner": "nobody", "mode": "0700"}])
+    assert result.get("failed") and "is a symbolic link" in result["msg"], result
+    assert not (tmp_path / "etc").exists()
+    # Check mode refuses it too, before anything would change.
+    assert "is a symbolic link" in directories(tmp_path, [{"path": str(home / ".ansible" / "tmp")}], check=True)["msg"]
