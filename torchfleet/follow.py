@@ -98,7 +98,8 @@ def become_password(hostvars: dict, given: str | None = None) -> str | None:
 
 def remote_command(head: Head, hostvars: dict, args: list[str]) -> str:
     """`python3 -S -c <the follower> ARGS` on the head, as the training account unless the
-    connection's account is it or root (which reads the runs as they are): through sudo, which
+    connection's account is it or root (the follower puts root's privileges down itself, before it reads
+    anything of the run: privileges.py): through sudo, which
     reads its password from the stream's stdin when one was given (-K, ansible_become_password)."""
     program = module_util("_on_node.ssh_to_nodes").program(module_util("_on_node.follower").PROGRAM, "follower")
     argv = ["python3", "-S", "-c", program, *args]

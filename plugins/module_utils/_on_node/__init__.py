@@ -17,6 +17,7 @@ the head; the probe and line server on every node), standard library only.
   growing file read in pieces of lines; line_server: the other nodes' worker files, for it;
 - report: what a run's logs say (the failing rank) and the words of every end;
 - probe: what a launch asks of each node (`python3 -S -m _on_node.probe`, a JSON request on stdin);
+- privileges: root's put down before a run's files are read (the follower as root);
 - board: the run board, where each node's runs announce themselves to every account;
 - ssh_to_nodes: the head's ssh to the other nodes, in parallel (probes, the clean-up, the ssh
   masters); loader: several of these files made one `python3 -S -c` program.
@@ -37,7 +38,7 @@ import os
 
 # The package's files, as the launch module copies them to the head.
 FILES = ("__init__", "attempts", "batch_script", "board", "follower", "guardian", "labels", "launch_plan",
-         "line_server", "liveness", "loader", "node_checks", "plan_checks", "probe", "record", "renderer",
+         "line_server", "liveness", "loader", "node_checks", "plan_checks", "privileges", "probe", "record", "renderer",
          "report", "slurm", "slurm_job", "ssh_to_nodes", "supervisor", "tail", "transitions")
 
 

@@ -22,12 +22,13 @@ import time
 from .labels import shown_parts
 from .line_server import CAUGHT_UP, PROGRAM as LINE_SERVER, SERVE_HELLO
 from .loader import program_of
+from .privileges import Refused, drop_root
 from .record import (ACTIVE, LAUNCHER_LOG, PLAN_FILE, STATE_FILE, newest_run, node_workers, owner_of, read_state,
                      request_value, run_dir_of, runs_index)
 from .tail import CUT, POLL, WHOLE, Tail, WorkerFiles
 
 # The files of the follower's program, each before those importing it.
-PROGRAM = ("record", "labels", "tail", "loader", "line_server", "follower")
+PROGRAM = ("privileges", "record", "labels", "tail", "loader", "line_server", "follower")
 # The follower's lines on stdout: "L <output line>" while the run goes on, "KIND KEY <text>" for
 # the pieces of a line redrawn or cut (kinds P, R, C, D: see Tail.pieces; KEY names the file, one
 # word), "S <status>" when a scheduler's job changes state (pending and why, running), "E <record>"
@@ -60,17 +61,11 @@ class NodeReader:
                              "start" if from_start else "now"])
         self.index, self.name, self.lines, self.group = index, node["name"], lines, group
         self.heard, self.caught_up = time.monotonic(), False
-        # As the training account (the run directory's owner), whose key and known_hosts reach
-        # the nodes, also where root follows the run.
-        mine = directory
-        while not os.path.isdir(mine) and os.path.dirname(mine) != mine:  # another node's: not here
-            mine = os.path.dirname(mine)
-        owner = os.stat(mine)
-        account = {"user": owner.st_uid, "group": owner.st_gid, "extra_groups": []} \
-            if os.geteuid() == 0 and owner.st_uid != 0 else {}
+        # As the training account (main() put root's privileges down), whose key and known_hosts
+        # reach the nodes: the ssh that run.json names runs with that account's rights alone.
         self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
             [plan["ssh"], "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", node["address"], remote],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **account)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.thread = threading.Thread(target=self._pump, daemon=True)
         self.thread.start()
 
@@ -297,6 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) < 2 or argv[0] not in ("follow", "print"):
         sys.stderr.write("usage: follow|print RUN_DIR|LOG_DIR [0|all|none|rank:N|node:HOST] [start|now] [TAIL]\n")
         return 2
+    # Root reads nothing of a run's: the files are its account's and its ranks' (docs/security.md).
+    try:
+        drop_root(argv[1])
+    except (Refused, KeyError, OSError) as error:
+        sys.stdout.write(END + json.dumps({"state": "unknown", "msg": f"not followed as root: {error}"}) + "\n")
+        return 0
     where = os.path.expanduser(argv[1])
     if not os.path.exists(os.path.join(where, STATE_FILE)):
         # LOG_DIR/RUN_ID of a run with a log_dir of its own: its account's index knows where it is.
