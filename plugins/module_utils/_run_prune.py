@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import time
 
+from ._on_node.launch_plan import RUN_ID
 from ._on_node.probe import find_run_processes
 from ._on_node.record import ENDED, read_state, unindex_run
 
@@ -31,7 +33,7 @@ def prunable(records, keep: int | None = None, older_than_days: float | None = N
 
 
 def bad_run_id(run_id: str) -> bool:
-    return not run_id or "/" in run_id or run_id in (".", "..") or run_id.startswith(".")
+    return not isinstance(run_id, str) or not RUN_ID.fullmatch(run_id)
 
 
 def _gone_meanwhile(_function, _path, error) -> None:
@@ -54,9 +56,18 @@ def prune_here(log_dir: str, run_ids, check_mode: bool = False, run_dirs=None,
         if os.path.basename(os.path.normpath(path)) != run_id:
             kept[run_id] = f"its directory {path} is not named for the run: left alone"
             continue
-        if not os.path.isdir(path):
+        try:
+            found = os.lstat(path)
+        except OSError:
+            found = None
+        if found is None or not stat.S_ISDIR(found.st_mode) and not os.path.exists(path):
             if index and not check_mode:
                 unindex_run(index, run_id)
+            continue
+        # Never through a link, never another account's (a record in a log_dir every account
+        # writes may name any directory: docs/security.md).
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+            kept[run_id] = f"{path} is not a directory of this account's: left alone"
             continue
         record = read_state(path)
         if record is not None and record.get("state") not in ENDED:

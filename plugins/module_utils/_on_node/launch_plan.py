@@ -28,7 +28,8 @@ SHELL_NAME = "torchfleet"  # $0 of the remote sh: names it in its own error mess
 INHERITED = "<inherited>"
 REDACTED = "<redacted>"
 
-RUN_ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # the CLI checks its run ids with it too
+# A run id names a directory and a board entry: no leading dot, no "..". The CLI checks with it too.
+RUN_ID = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 # Variables torchfleet sets itself; a user value would silently break the launch.
 RESERVED_ENV = frozenset({

@@ -295,7 +295,7 @@ def validate(plan: Plan) -> None:
                         f"to 65535 (default {DEFAULT_PORT})")
     if not isinstance(plan.run_id, str) or not RUN_ID.fullmatch(plan.run_id):
         raise PlanError(f"run_id {plan.run_id!r} is not valid; use 1 to 64 characters from "
-                        f"letters, digits, '_', '.' and '-'")
+                        f"letters, digits, '_', '.' and '-', the first a letter or digit, no '..'")
     _check_text(plan.script, "script", "give the training script's path on the nodes",
                 dash_ok=False)
     _string_tuple(plan.script_args, "script_args")

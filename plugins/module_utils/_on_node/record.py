@@ -350,7 +350,7 @@ def run_dir_of(log_dir: str, run_id: str, index: str | None = None) -> str:
 def list_runs(log_dir: str, run_id: str | None = None, index: str | None = None) -> list[dict]:
     """The records under `log_dir`, and those the account's `index` names elsewhere, newest
     first (run ids sort by their start); only `run_id`'s if given. Directories without a record
-    (runs from before records) are left out."""
+    (runs from before records), another account's, or whose record names another run are left out."""
     if run_id:
         names = [run_id]
     else:
@@ -360,9 +360,22 @@ def list_runs(log_dir: str, run_id: str | None = None, index: str | None = None)
                 names.update(name for name in os.listdir(where) if not name.startswith(".")) if where else None
             except OSError:
                 pass
-    records = [read_state(run_dir_of(log_dir, name, index)) for name in sorted(names)]
-    found = [record for record in records if record]
+    found = []
+    for name in sorted(names):
+        run_dir = run_dir_of(log_dir, name, index)
+        record = read_state(run_dir) if own_run_dir(run_dir) else None
+        if record and record.get("run_id") == name:
+            found.append(record)
     return sorted(found, key=lambda record: (record.get("started_at", 0), record["run_id"]), reverse=True)
+
+
+def own_run_dir(run_dir: str) -> bool:
+    """Whether a run directory is this account's: another account's, in a log_dir every account
+    may write, is not, whatever its record says (docs/security.md)."""
+    try:
+        return os.lstat(os.path.realpath(run_dir)).st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 def newest_run(log_dir: str, index: str | None = None) -> str | None:

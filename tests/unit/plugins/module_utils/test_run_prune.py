@@ -70,7 +70,7 @@ def test_a_node_removes_ended_runs_and_keeps_live_ones(tmp_path):
     assert "its record says lost: stop it first" in kept["busy"]  # no supervisor here and "alive on this node" in kept["alive"]
 
 
-@pytest.mark.parametrize("run_id", ["", "..", "a/b", ".hidden"])
+@pytest.mark.parametrize("run_id", ["", ".", "..", "a/b", ".hidden", "a..b", "-x", "a b", "x" * 65])
 def test_what_is_not_a_run_id(run_id):
     assert prune.bad_run_id(run_id)
 
@@ -98,3 +98,30 @@ def test_a_run_directory_another_node_removed_first_is_no_error(tmp_path, monkey
     monkeypatch.setattr(os, "unlink", raced)
     assert prune.prune_here(str(tmp_path), ["shared"])[0] == ["shared"]
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("run_id", ["tf-20261128-101502-ab12cd", "a", "v1.2_run-3"])
+def test_what_is_a_run_id(run_id):
+    assert not prune.bad_run_id(run_id)
+
+
+def test_a_record_planted_in_a_shared_log_dir_naming_another_directory_prunes_nothing_of_it(tmp_path):
+    # Another account (nobody) writes a record in a log_dir every account may write, naming a
+    # directory of this account's; this account's listing and prune leave that directory.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    precious = tmp_path / "data" / "precious"
+    (precious / "checkpoints").mkdir(parents=True)
+    planted = shared / "evil"
+    planted.mkdir()
+    rr.write_state(str(planted), {"run_id": "precious", "state": "failed", "log_dir": str(precious),
+                                  "started_at": 1})
+    subprocess.run(["chown", "-R", "65534:65534", str(planted)], check=True)
+    assert rr.list_runs(str(shared)) == []
+    removed, kept = prune.prune_here(str(shared), ["evil"], run_dirs={"evil": str(planted)})
+    assert removed == [] and planted.is_dir() and "not a directory of this account's" in kept["evil"]
+    # A link named for the run, to a directory of this account's, is not followed either.
+    (shared / "linked").symlink_to(precious)
+    removed, kept = prune.prune_here(str(shared), ["linked"])
+    assert removed == [] and (precious / "checkpoints").is_dir() and "left alone" in kept["linked"]
