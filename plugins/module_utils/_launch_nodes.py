@@ -96,6 +96,9 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
                          unreachable=lost, run_id=plan.run_id)
     order = [name for name in order if name not in missed]
     module.announced = [name for name in order if answers[name].get("announced")]
+    full = [f"{name}: {answers[name]['board_full']}" for name in order if answers[name].get("board_full")]
+    if full:
+        module.fail_json(msg=f"refusing to launch: {'; '.join(full)}", run_id=plan.run_id)
     runs = [{"node": name, **run} for name in order for run in group_runs(answers[name]["runs"])]
     if runs:
         module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {runs_listed(runs)}. "

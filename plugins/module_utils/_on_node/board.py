@@ -9,10 +9,18 @@ name's UID is not its owner is ignored, so no account can speak for another.
 
 An entry is alive while a process of its owner names the run on its command line (the
 supervisor's run directory, torchrun's --rdzv-id and --log-dir, Open MPI's daemons), or for
-STARTING_FOR seconds after it was written (the start in between). So an entry that nobody
-removed (a run ended, a node rebooted, a launch killed) stops counting by itself; its account's
-launches remove it a day later (sweep_own), and a launch refused removes its own at once. Ranks' own command lines
-do not name the run: a node counts as busy through its torchrun or launcher.
+STARTING_FOR seconds after it was written (the start in between). When it was written is the
+file's ctime, which its owner cannot set (`touch -d` sets the mtime, and moves the ctime to now);
+a time ahead of the clock counts as none. So an entry that nobody removed (a run ended, a node
+rebooted, a launch killed, an entry forged) stops counting by itself; its account's launches
+remove it a day later (sweep_own), and a launch refused removes its own at once. Ranks' own
+command lines do not name the run: a node counts as busy through its torchrun or launcher.
+
+Two launches at once: each announces, then reads the others (the probe), and yields to a run
+alive before its own entry (running, or announced earlier: the older ctime, the lower UID on a
+tie), withdrawing its entry. Of two launches on one node, one goes on. The board is bounded: an
+account's entries beyond PER_ACCOUNT are not read, and a launch of an account with that many is
+refused, naming them (docs/security.md).
 
 The probe runs this file on every node (see ssh_to_nodes.probe_command); the standard library only.
 """
@@ -29,6 +37,8 @@ BOARD = "/var/lib/torchfleet/board"
 STARTING_FOR = 180  # seconds an entry counts with no process of its run yet: the launch's start
 SWEPT_AFTER = 86400  # seconds after which this account's next launch removes its dead entries
 ENTRY_BYTES = 1 << 16  # an entry longer than this is not ours
+PER_ACCOUNT = 64  # entries of one account read on a node; a launch is refused beyond it
+SKEW = 5  # seconds a node's clock may step back under an entry before its time counts as ahead
 _ENTRY = re.compile(r"^(\d+)\.([A-Za-z0-9_.-]+)\.json$")
 
 
@@ -75,10 +85,13 @@ def read_entries(board: str = BOARD, now: float | None = None) -> list[dict]:
         names = os.listdir(board)
     except OSError:
         return []
-    entries = []
+    entries, counted = [], {}
     for name in sorted(names):
         match = _ENTRY.match(name)
         if not match:
+            continue
+        counted[match.group(1)] = counted.get(match.group(1), 0) + 1
+        if counted[match.group(1)] > PER_ACCOUNT:  # a flood: read no further of that account
             continue
         path = os.path.join(board, name)
         try:
@@ -97,14 +110,15 @@ def read_entries(board: str = BOARD, now: float | None = None) -> list[dict]:
             os.close(fd)
         if not isinstance(said, dict) or said.get("run_id") != match.group(2):
             continue
-        said.update(uid=info.st_uid, account=account_name(info.st_uid), written=info.st_mtime)
+        said.update(uid=info.st_uid, account=account_name(info.st_uid), written=info.st_ctime,
+                    written_ns=info.st_ctime_ns)
         entries.append(said)
     running = _processes_by_uid({entry["uid"] for entry in entries})
     alive = []
     for entry in entries:
         if any(names_run(command, entry["run_id"]) for command in running[entry["uid"]]):
             entry["state"] = "running"
-        elif now - entry["written"] < STARTING_FOR:
+        elif -SKEW <= now - entry["written"] < STARTING_FOR:
             entry["state"] = "starting"
         else:
             continue
@@ -118,12 +132,36 @@ def others_alive(board: str = BOARD, uid: int | None = None) -> list[dict]:
     return [entry for entry in read_entries(board) if entry["uid"] != uid]
 
 
+class BoardFull(Exception):
+    """This account has PER_ACCOUNT entries on the node's board already."""
+
+
+def in_the_way(others: list, mine: os.stat_result) -> list:
+    """Of other accounts' alive entries, those a launch whose own entry is `mine` yields to:
+    running, or announced before it (the older ctime; on a tie, the lower UID)."""
+    return [entry for entry in others if entry["state"] == "running"
+            or (entry["written_ns"], entry["uid"]) < (mine.st_ctime_ns, mine.st_uid)]
+
+
+def own_entry(run_id: str, board: str = BOARD) -> os.stat_result | None:
+    try:
+        return os.lstat(entry_path(board, os.geteuid(), run_id))
+    except OSError:
+        return None
+
+
 def announce(entry: dict, board: str = BOARD) -> bool:
     """Write this account's entry for a run (run_id, head, nodes, world_size, started), whole
-    (written beside, then renamed); False where the node has no board (setup older than it)."""
+    (written beside, then renamed); False where the node has no board (setup older than it).
+    BoardFull where the account has PER_ACCOUNT entries there already."""
     if not os.path.isdir(board):
         return False
     uid = os.geteuid()
+    mine = [name for name in os.listdir(board) if name.startswith(f"{uid}.") and _ENTRY.match(name)]
+    if len(mine) >= PER_ACCOUNT and f"{uid}.{entry['run_id']}.json" not in mine:
+        raise BoardFull(f"the run board {board} holds {len(mine)} entries of {account_name(uid)} already, "
+                        f"the most one account may have: stop or wait for its runs there (torchfleet runs), "
+                        f"and remove entries of runs long gone (rm {board}/{uid}.*.json for runs that ended)")
     path = entry_path(board, uid, entry["run_id"])
     partial = f"{path}.{os.getpid()}.new"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -147,18 +185,22 @@ def sweep_own(board: str = BOARD, now: float | None = None) -> None:
     """Remove this account's entries that no longer count (their run gone) and are more than
     SWEPT_AFTER old: a dead entry costs nothing but its few bytes meanwhile."""
     uid, now = os.geteuid(), time.time() if now is None else now
-    alive = {entry["run_id"] for entry in read_entries(board, now) if entry["uid"] == uid}
     try:
         names = os.listdir(board)
     except OSError:
         return
+    old = []
     for name in names:
         match = _ENTRY.match(name)
-        if not match or int(match.group(1)) != uid or match.group(2) in alive:
+        if not match or int(match.group(1)) != uid:
             continue
-        try:
-            old = now - os.lstat(os.path.join(board, name)).st_mtime > SWEPT_AFTER
+        try:  # its own entry: the mtime it wrote is good enough
+            if now - os.lstat(os.path.join(board, name)).st_mtime > SWEPT_AFTER:
+                old.append(match.group(2))
         except OSError:
             continue
-        if old:
-            withdraw(match.group(2), board)
+    if old:
+        commands = _processes_by_uid({uid})[uid]
+        for run_id in old:
+            if not any(names_run(command, run_id) for command in commands):
+                withdraw(run_id, board)

@@ -25,7 +25,7 @@ import subprocess
 import threading
 import time
 
-from .probe import RUN_ID_VAR, SUPERVISOR_VAR
+from .probe import unmarked_env
 from .report import now_iso
 
 BEAT_EVERY = 1.0  # seconds between two beats of a node
@@ -51,7 +51,7 @@ BEAT = (
 
 
 # The supervisor's environment, without the marks of a run's process.
-BEAT_ENV = {name: value for name, value in os.environ.items() if name not in (RUN_ID_VAR, SUPERVISOR_VAR)}
+BEAT_ENV = unmarked_env()
 
 
 class NodeState(enum.Enum):

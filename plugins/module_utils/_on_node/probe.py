@@ -24,11 +24,17 @@ import tempfile
 import threading
 import time
 
-from .board import announce, others_alive, sweep_own, withdraw
+from .board import BoardFull, announce, in_the_way, others_alive, own_entry, sweep_own, withdraw
 
 RUN_ID_VAR = "TORCHFLEET_RUN_ID"
 # Set (to the run id) in the environment of a run's supervisor on the head, beside RUN_ID_VAR.
 SUPERVISOR_VAR = "TORCHFLEET_SUPERVISOR"
+
+
+def unmarked_env() -> dict:
+    """This process's environment without a run's marks: for what it starts that is not the run
+    (an ssh and the master it may leave behind), so that only the run's own processes carry them."""
+    return {name: value for name, value in os.environ.items() if name not in (RUN_ID_VAR, SUPERVISOR_VAR)}
 
 
 def file_sha1(path: str) -> str | None:
@@ -431,6 +437,28 @@ def environment_drift(python: str, wanted: dict) -> list:
     return differences(installed_distributions(paths), wanted, ())[0]
 
 
+def board_answer(entry: dict | None, share: bool) -> dict:
+    """Announce `entry` (none in check mode), then read the others: {announced, others}, the
+    others being those this launch must yield to (board.in_the_way), its entry withdrawn then,
+    unless `share`; or {board_full: why}."""
+    if not entry:
+        return {"announced": None, "others": others_alive()}
+    sweep_own()
+    try:
+        announced = announce(entry)
+    except BoardFull as full:
+        return {"announced": None, "others": [], "board_full": str(full)}
+    others = others_alive()
+    mine = own_entry(entry["run_id"]) if announced else None
+    if mine is None:
+        return {"announced": announced, "others": others}
+    blocking = in_the_way(others, mine)
+    if blocking and not share:
+        withdraw(entry["run_id"])
+        return {"announced": None, "others": blocking}
+    return {"announced": True, "others": blocking}
+
+
 def probe(request: dict) -> dict:
     """One node's answer. With `write` ({path: base64 content}), writes those files and names
     them; with `expect` ({path: SHA-1}), the runs alive on the node and which of those files are
@@ -444,12 +472,7 @@ def probe(request: dict) -> dict:
     An empty request only shows that the node answers."""
     answer = {}
     if "board" in request:
-        answer["others"] = others_alive()
-        answer["announced"] = None
-        # No entry in check mode: only the others are read.
-        if request["board"]["entry"] and (not answer["others"] or request["board"]["share"]):
-            sweep_own()
-            answer["announced"] = announce(request["board"]["entry"])
+        answer.update(board_answer(**request["board"]))
     if "withdraw" in request:
         withdraw(request["withdraw"])
     if "write" in request:

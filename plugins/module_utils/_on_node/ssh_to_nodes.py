@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import source
 from .loader import program_of
-from .probe import probe
+from .probe import probe, unmarked_env
 
 # The head's checks of the other nodes: seconds for one node to answer, and how many at once
 # (each ssh holds three pipes; 64 stays far from a 1024 file limit).
@@ -61,7 +61,8 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
         argv = [ssh, "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}", *sharing,
                 node.address, remote]
         try:
-            done = subprocess.run(argv, input=json.dumps(requests[node.name]),
+            # Unmarked: a master this ssh leaves (ControlPersist) is not one of the run's processes.
+            done = subprocess.run(argv, input=json.dumps(requests[node.name]), env=unmarked_env(),
                                   capture_output=True, text=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
             return {"error": f"no answer within {timeout} s"}
@@ -130,7 +131,7 @@ def close_ssh_masters(ssh: str, control_dir: str, addresses) -> None:
         def close(address):
             try:
                 subprocess.run([ssh, "-o", f"ControlPath={control_dir}/%C", "-O", "exit", address],
-                               capture_output=True, timeout=10, check=False)
+                               capture_output=True, timeout=10, check=False, env=unmarked_env())
             except subprocess.TimeoutExpired:
                 pass  # it ends by itself MASTER_PERSIST seconds after its last session
         with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(addresses))) as pool:

@@ -95,3 +95,44 @@ def test_the_probe_runs_with_the_board_as_one_program_the_way_ssh_hands_it_to_a_
     done = subprocess.run(argv, input=json.dumps({"interfaces": True}), capture_output=True, text=True,
                           timeout=60, check=True)
     assert "lo" in json.loads(done.stdout)["interfaces"], done.stderr
+
+
+def test_an_entry_dated_ten_years_ahead_counts_only_for_its_start(tmp_path):
+    # Its owner sets the mtime freely; the ctime, which counts, is when it was last written.
+    where = _board(tmp_path)
+    board.announce(ENTRY, where)
+    path = os.path.join(where, f"{os.geteuid()}.{ENTRY['run_id']}.json")
+    ahead = time.time() + 10 * 365 * 86400
+    os.utime(path, (ahead, ahead))
+    assert [entry["state"] for entry in board.read_entries(where)] == ["starting"]
+    assert board.read_entries(where, now=time.time() + board.STARTING_FOR + 1) == []
+    # A clock that stepped back (the ctime ahead of now) counts as no time at all.
+    assert board.read_entries(where, now=time.time() - board.SKEW - 60) == []
+
+
+def test_of_two_launches_announced_at_once_the_later_yields(tmp_path):
+    where = _board(tmp_path)
+    board.announce(ENTRY, where)
+    time.sleep(0.01)
+    board.announce(dict(ENTRY, run_id="tf-later"), where)
+    first = os.lstat(os.path.join(where, f"{os.geteuid()}.{ENTRY['run_id']}.json"))
+    later = os.lstat(os.path.join(where, f"{os.geteuid()}.tf-later.json"))
+    entries = board.read_entries(where)
+    by_id = {entry["run_id"]: entry for entry in entries}
+    assert [e["run_id"] for e in board.in_the_way([by_id["tf-later"]], first)] == []
+    assert [e["run_id"] for e in board.in_the_way([by_id[ENTRY["run_id"]]], later)] == [ENTRY["run_id"]]
+
+
+def test_a_flood_of_entries_is_read_no_further_and_refuses_its_own_accounts_launch(tmp_path):
+    where = _board(tmp_path)
+    for number in range(board.PER_ACCOUNT):
+        board.announce(dict(ENTRY, run_id=f"tf-flood-{number:03d}"), where)
+    assert len(board.read_entries(where)) == board.PER_ACCOUNT
+    with open(os.path.join(where, f"{os.geteuid()}.tf-flood-999.json"), "w") as handle:
+        json.dump(dict(ENTRY, run_id="tf-flood-999"), handle)
+    assert len(board.read_entries(where)) == board.PER_ACCOUNT  # the one beyond is not read
+    try:
+        board.announce(dict(ENTRY, run_id="tf-one-more"), where)
+        raise AssertionError("announced beyond the bound")
+    except board.BoardFull as full:
+        assert "the most one account may have" in str(full) and "rm " in str(full)

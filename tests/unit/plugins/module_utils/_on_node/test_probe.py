@@ -124,3 +124,12 @@ def test_the_last_lines_of_a_log_keep_a_bars_last_state_only():
     text = "start\n\r 10%\r 50%\r100%\nend\r\n"
     assert node_probe.last_lines(text, 20) == ["start", "100%", "end"]
     assert node_probe.last_lines("a\nb\nc", 2) == ["b", "c"]
+
+
+def test_what_the_supervisor_starts_besides_the_run_carries_none_of_its_marks(monkeypatch):
+    pr = node_probe
+    monkeypatch.setenv(pr.RUN_ID_VAR, "tf-1")
+    monkeypatch.setenv(pr.SUPERVISOR_VAR, "tf-1")
+    monkeypatch.setenv("PATH_KEPT", "yes")
+    env = pr.unmarked_env()
+    assert pr.RUN_ID_VAR not in env and pr.SUPERVISOR_VAR not in env and env["PATH_KEPT"] == "yes"
