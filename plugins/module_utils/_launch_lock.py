@@ -6,14 +6,14 @@ before its checks of the nodes until its supervisor has recorded the run. A seco
 meanwhile is refused before it checks, copies or starts anything, naming the run that holds the
 lock; once that run is recorded, the checks find it alive and refuse as before. The lock is the
 kernel's (flock): a start that dies, however, lets it go with its process. Its file lives in a
-directory only the training account can write (its runtime directory, else
-~/.local/state/torchfleet, mode 0700), never under a name another account could take first in a
+directory only the training account can write (~/.local/state/torchfleet, mode 0700), never under a name another account could take first in a
 shared /tmp; not in the runs' directory: a launch that is refused leaves every run as it was."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import pwd
 import stat
 import time
 
@@ -21,18 +21,15 @@ LOCK_NAME = "launch.lock"
 
 
 def lock_dir() -> str:
-    """The account's own directory for the lock: $XDG_RUNTIME_DIR/torchfleet where the runtime
-    directory is this account's (a tmpfs, gone at reboot with every lock in it), else
-    ~/.local/state/torchfleet."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime:
-        try:
-            found = os.stat(runtime)
-            if found.st_uid == os.getuid() and stat.S_IMODE(found.st_mode) & 0o077 == 0:
-                return os.path.join(runtime, "torchfleet")
-        except OSError:
-            pass
-    return os.path.join(os.path.expanduser("~"), ".local", "state", "torchfleet")
+    """The account's own directory for the lock, ~/.local/state/torchfleet (setup makes it): one
+    place whatever the environment (HOME, XDG_RUNTIME_DIR), so that a login session and a sudo
+    hold the same lock."""
+    return os.path.join(account_home(), ".local", "state", "torchfleet")
+
+
+def account_home() -> str:
+    """This account's home as the system knows it, not $HOME (which sudo may keep as the caller's)."""
+    return pwd.getpwuid(os.getuid()).pw_dir
 
 
 def lock_path() -> str:
@@ -46,8 +43,8 @@ def own_directory(path: str) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
     found = os.lstat(path)
     if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.getuid():
-        raise OSError(f"{path} is not a directory of this account (uid {os.getuid()}): remove it, "
-                      f"or set XDG_RUNTIME_DIR to a directory of this account's")
+        raise OSError(f"{path} is not a directory of this account (uid {os.getuid()}): remove it "
+                      f"and run setup.yml again, which makes it")
     if stat.S_IMODE(found.st_mode) != 0o700:
         os.chmod(path, 0o700)
 

@@ -11,15 +11,18 @@ import pytest
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
 
 
-def test_the_lock_is_in_the_accounts_runtime_directory_or_its_state_directory(tmp_path, monkeypatch):
+def test_the_lock_has_one_place_whatever_the_environment_says(tmp_path, monkeypatch):
+    # A login session (XDG_RUNTIME_DIR set) and a sudo (HOME kept as the caller's) hold one lock.
+    home = _launch_lock.account_home()
+    expected = os.path.join(home, ".local", "state", "torchfleet", "launch.lock")
     runtime = tmp_path / "run-user"
     runtime.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert _launch_lock.lock_path() == str(runtime / "torchfleet" / "launch.lock")
-    runtime.chmod(0o777)  # a runtime directory others may write is not used
-    assert _launch_lock.lock_path() == str(tmp_path / "home" / ".local" / "state" / "torchfleet" / "launch.lock")
+    monkeypatch.setenv("HOME", str(tmp_path / "elsewhere"))
+    assert _launch_lock.lock_path() == expected
     monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert _launch_lock.lock_path() == expected
+    monkeypatch.setattr(_launch_lock, "account_home", lambda: str(tmp_path / "home"))
     fd = _launch_lock.hold("tf-1")
     try:
         found = os.stat(tmp_path / "home" / ".local" / "state" / "torchfleet")
@@ -33,8 +36,7 @@ def test_the_lock_is_in_the_accounts_runtime_directory_or_its_state_directory(tm
 def test_a_lock_directory_of_another_account_is_refused_naming_it_and_the_fix(tmp_path, monkeypatch):
     if os.geteuid() != 0:
         pytest.skip("giving a directory to another account needs root")
-    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(_launch_lock, "account_home", lambda: str(tmp_path))
     taken = tmp_path / ".local" / "state" / "torchfleet"
     taken.mkdir(parents=True)
     os.chown(taken, 65534, 65534)  # nobody made it first
