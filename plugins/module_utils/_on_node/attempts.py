@@ -17,7 +17,7 @@ from types import MappingProxyType, SimpleNamespace
 from .ssh_to_nodes import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes, withdraw_from_board
 from .liveness import SSH_PORT, node_answers
 from .node_checks import head_copies, rejoin_problem, rejoin_request
-from .probe import end_run, find_run_processes, port_in_use
+from .probe import board_answer, end_run, find_run_processes, port_in_use
 from .record import RunRecord, SupervisorPlan, node_workers, reserve_space
 from .report import now_iso
 from .launch_plan import plan_of_run
@@ -33,6 +33,9 @@ PORTS_TRIED = 100  # rendezvous ports tried above the attempt's own before a res
 # attempt ended right after it redoes nothing (the run grows to a node back then).
 CHECKPOINT_MARK = b"TORCHFLEET_CHECKPOINT"
 RECHECK_EVERY = 30.0  # seconds before a node back that failed the checks is checked again
+# Seconds between two announcements of the run on the nodes it holds without running on them
+# (spares, nodes left out): within board.STARTING_FOR, so its entries there never lapse.
+BOARD_EVERY = 60.0
 
 
 def supervise(run) -> RunRecord:
@@ -76,7 +79,8 @@ def supervise(run) -> RunRecord:
         result.update(attempts=run.attempts, restarts=len(run.attempts) - 1)
     # The last attempt's nodes are free for another account's launch now, not STARTING_FOR after
     # the launch (a node lost or silent is not waited for).
-    withdraw_from_board([node for node in run.nodes if node.name not in run.not_alive], plan.head,
+    withdraw_from_board([SimpleNamespace(**node) for node in plan.request.nodes if node["name"] not in run.not_alive],
+                        plan.head,
                         plan.ssh if plan.request.check_nodes else None, plan.request.python, plan.run_id, plan.control_dir)
     if plan.control_dir:
         close_ssh_masters(plan.ssh, plan.control_dir, [node.address for node in run.nodes if node.name != plan.head])
@@ -141,6 +145,16 @@ def free_port(port: int) -> int | None:
     return next((candidate for candidate in range(port, port + PORTS_TRIED) if not port_in_use(candidate)), None)
 
 
+def board_request(run) -> dict:
+    """The run's board entry, as the launch announced it, for every node an attempt is about to
+    use or holds (spares): another account's launch onto them is refused while the run lives."""
+    plan = run.plan
+    share = bool(getattr(plan.request, "share_nodes", False)) or plan.request.scheduler == "slurm"
+    entry = {"run_id": plan.run_id, "head": plan.head, "nodes": [node["name"] for node in plan.request.nodes],
+             "world_size": plan.world_size, "started": run.keeper.record.get("started") or now_iso()}
+    return {"entry": entry, "share": share}
+
+
 def ready_nodes(run, asked) -> tuple[list, dict]:
     """Of the nodes `asked`: those alive (they run a command over ssh, not only answer the knock:
     a hung node's kernel answers it too), with what is left of this run on them ended, and no
@@ -151,7 +165,9 @@ def ready_nodes(run, asked) -> tuple[list, dict]:
         knocked = list(pool.map(lambda n: node_answers(n.address, SSH_PORT, timeout=KNOCK_TIMEOUT), others))
     reachable = [node for node, ok in zip(others, knocked) if ok]
     # The run's files too: a node left out at the launch (it did not answer) never got them.
-    request = {"expect": (plan.node_checks or {}).get("expect") or {},
+    # Announced on the board first, then read: a node another account's launch took meanwhile is busy.
+    board = board_request(run)
+    request = {"board": board, "expect": (plan.node_checks or {}).get("expect") or {},
                "stop": {"run_id": plan.run_id, "grace": plan.request.stop_grace}}
     answers = probe_nodes(reachable, plan.head, plan.ssh, plan.request.python, {node.name: request for node in reachable},
                           timeout=plan.request.stop_grace + 20, connect_timeout=5,
@@ -160,13 +176,16 @@ def ready_nodes(run, asked) -> tuple[list, dict]:
         answers = {node.name: {"runs": []} for node in reachable}
     if any(node.name == plan.head for node in asked):
         end_run(plan.run_id, plan.request.stop_grace, spare_guardian=True)
-        answers[plan.head] = {"runs": find_run_processes()}
+        answers[plan.head] = {"runs": find_run_processes(), **board_answer(**board)}
     ready, busy = [], {}
     for node in asked:
         answer = answers.get(node.name)
         if answer is None or "error" in answer:
             continue
         held = sorted({proc["run_id"] for proc in answer["runs"] if proc["run_id"] != plan.run_id})
+        if not board["share"]:
+            held += [f"{entry['run_id']} of {entry['account']}" for entry in answer.get("others") or []]
+            held += [answer["board_full"]] if answer.get("board_full") else []
         if held:
             busy[node.name] = held
         elif not give_files(run, node, answer.get("stale")):
@@ -265,7 +284,16 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
     pending = {node["name"]: SimpleNamespace(**node) for node in plan.request.nodes if node["name"] in names}
     short = len(run.nodes) < attempt_size(plan) and bool(plan.request.max_restarts) and plan.request.scheduler != "slurm"
     answering, failed = {}, {}  # {name: since when it answers (monotonic)}, {name: when a check failed}
+    announced = time.monotonic()  # the attempt's nodes were announced as it began
     while pending and not over.wait(WAIT_EVERY):
+        if plan.request.check_nodes and time.monotonic() - announced >= BOARD_EVERY:
+            announced = time.monotonic()
+            board = board_request(run)
+            probe_nodes(list(pending.values()), plan.head, plan.ssh, plan.request.python,
+                        {name: {"board": board} for name in pending}, timeout=PROBE_TIMEOUT, connect_timeout=5,
+                        control_dir=plan.control_dir)
+            if over.is_set():
+                break
         knocked = {name: node_answers(node.address, SSH_PORT, timeout=KNOCK_TIMEOUT) for name, node in pending.items()}
         for name in [name for name, ok in knocked.items() if not ok]:
             answering.pop(name, None)

@@ -76,11 +76,11 @@ def names_run(command: str, run_id: str) -> bool:
     return re.search(r"(?:^|[\s=/])" + re.escape(run_id) + r"(?:$|[\s/])", command) is not None
 
 
-def read_entries(board: str = BOARD, now: float | None = None) -> list[dict]:
+def read_entries(board: str | None = None, now: float | None = None) -> list[dict]:
     """Every entry of the board that is its owner's and alive, with `account`, `uid` and `state`
     (running: a process of its owner names the run; starting: written less than STARTING_FOR s
     ago, none yet). Dead entries are left (only their owner may remove them)."""
-    now = time.time() if now is None else now
+    board, now = board or BOARD, time.time() if now is None else now
     try:
         names = os.listdir(board)
     except OSError:
@@ -126,7 +126,7 @@ def read_entries(board: str = BOARD, now: float | None = None) -> list[dict]:
     return alive
 
 
-def others_alive(board: str = BOARD, uid: int | None = None) -> list[dict]:
+def others_alive(board: str | None = None, uid: int | None = None) -> list[dict]:
     """The alive entries of accounts other than `uid` (this process's by default)."""
     uid = os.geteuid() if uid is None else uid
     return [entry for entry in read_entries(board) if entry["uid"] != uid]
@@ -143,17 +143,18 @@ def in_the_way(others: list, mine: os.stat_result) -> list:
             or (entry["written_ns"], entry["uid"]) < (mine.st_ctime_ns, mine.st_uid)]
 
 
-def own_entry(run_id: str, board: str = BOARD) -> os.stat_result | None:
+def own_entry(run_id: str, board: str | None = None) -> os.stat_result | None:
     try:
-        return os.lstat(entry_path(board, os.geteuid(), run_id))
+        return os.lstat(entry_path(board or BOARD, os.geteuid(), run_id))
     except OSError:
         return None
 
 
-def announce(entry: dict, board: str = BOARD) -> bool:
+def announce(entry: dict, board: str | None = None) -> bool:
     """Write this account's entry for a run (run_id, head, nodes, world_size, started), whole
     (written beside, then renamed); False where the node has no board (setup older than it).
     BoardFull where the account has PER_ACCOUNT entries there already."""
+    board = board or BOARD
     if not os.path.isdir(board):
         return False
     uid = os.geteuid()
@@ -173,18 +174,18 @@ def announce(entry: dict, board: str = BOARD) -> bool:
     return True
 
 
-def withdraw(run_id: str, board: str = BOARD) -> None:
+def withdraw(run_id: str, board: str | None = None) -> None:
     """Remove this account's entry for the run, if any."""
     try:
-        os.unlink(entry_path(board, os.geteuid(), run_id))
+        os.unlink(entry_path(board or BOARD, os.geteuid(), run_id))
     except OSError:
         pass
 
 
-def sweep_own(board: str = BOARD, now: float | None = None) -> None:
+def sweep_own(board: str | None = None, now: float | None = None) -> None:
     """Remove this account's entries that no longer count (their run gone) and are more than
     SWEPT_AFTER old: a dead entry costs nothing but its few bytes meanwhile."""
-    uid, now = os.geteuid(), time.time() if now is None else now
+    board, uid, now = board or BOARD, os.geteuid(), time.time() if now is None else now
     try:
         names = os.listdir(board)
     except OSError:

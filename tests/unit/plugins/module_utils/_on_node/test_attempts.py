@@ -1,9 +1,12 @@
 """attempts.py's choices for runs that heal: the nodes of an attempt, the spares, a node back's
 checks, and the script's word that its checkpoint is complete (pure logic, and real files)."""
 
+import json
+import os
+import time
 from types import SimpleNamespace
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import attempts
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import attempts, board
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.node_checks import rejoin_problem, rejoin_request
 
 NAMES = ["n0", "n1", "n2", "n3"]
@@ -113,3 +116,26 @@ def test_a_run_without_restarts_gets_its_one_attempt_from_its_record(supervisor_
     assert attempts.earlier_attempts(lost, supervisor_plan())[0]["cause"] == "run r1 is lost: its supervisor is gone"
     listed = [{"attempt": 0, "cause": "x"}, {"attempt": 1, "cause": "y"}]
     assert attempts.earlier_attempts(dict(failed, attempts=listed), supervisor_plan()) == listed
+
+
+def test_a_restart_announces_the_run_on_its_nodes_and_yields_to_another_accounts_earlier_launch(
+        supervisor_plan, tmp_path, monkeypatch):
+    # The head alone, with a board of its own: the restart's look for its nodes writes the run's
+    # entry there; another account's launch announced before it makes the node busy, named.
+    where = tmp_path / "board"
+    where.mkdir()
+    where.chmod(0o1777)
+    monkeypatch.setattr(board, "BOARD", str(where))
+    run = SimpleNamespace(plan=supervisor_plan(check_nodes=False), keeper=SimpleNamespace(record={"started": "t0"}))
+    node = SimpleNamespace(**run.plan.request.nodes[0])
+    ready, busy = attempts.ready_nodes(run, [node])
+    assert [n.name for n in ready] == ["n0"] and busy == {}
+    assert [entry["run_id"] for entry in board.read_entries(str(where))] == ["r1"]
+    board.withdraw("r1", str(where))
+    other = where / "65534.tf-bobs.json"
+    other.write_text(json.dumps({"run_id": "tf-bobs", "nodes": ["n0"], "world_size": 1}))
+    os.chown(other, 65534, 65534)
+    time.sleep(0.01)
+    ready, busy = attempts.ready_nodes(run, [node])
+    assert ready == [] and busy == {"n0": ["tf-bobs of nobody"]}
+    assert [entry["run_id"] for entry in board.read_entries(str(where))] == ["tf-bobs"]  # its own withdrawn
