@@ -36,6 +36,39 @@ PROGRAM = ("privileges", "record", "labels", "tail", "loader", "line_server", "f
 LINE, STATUS, END = "L ", "S ", "E "
 PIECES = ("P ", "R ", "C ", "D ")
 REMOTE_QUIET = 10  # seconds a node's reader may say nothing after the run's end before it is given up
+# Bytes of the other nodes' output the follower holds on the head, waiting to be shown: past it, the
+# nodes' readers wait (a slow terminal holds the nodes back, never the head's memory). A piece
+# bigger than it (a line server sends at most tail.CHUNK) passes alone.
+QUEUE_BYTES = 16 << 20
+
+
+class ByteQueue:
+    """The node readers' pieces on their way to the follower, bounded in bytes, not pieces."""
+
+    def __init__(self, limit: int = QUEUE_BYTES):
+        self.limit, self.held, self.peak = limit, 0, 0
+        self.items: collections.deque = collections.deque()
+        self.changed = threading.Condition()
+
+    def put(self, item: tuple, size: int) -> None:
+        with self.changed:
+            while self.held and self.held + size > self.limit:
+                self.changed.wait()
+            self.items.append((item, size))
+            self.held += size
+            self.peak = max(self.peak, self.held)
+
+    def get_nowait(self) -> tuple:
+        with self.changed:
+            if not self.items:
+                raise queue.Empty
+            item, size = self.items.popleft()
+            self.held -= size
+            self.changed.notify_all()
+            return item
+
+    def empty(self) -> bool:
+        return not self.items
 
 
 def line_server_program(package: str) -> str:
@@ -70,24 +103,42 @@ class NodeReader:
         self.thread.start()
 
     def _pump(self) -> None:
-        pieces = False  # a reader of this version says so first; an older one sends whole lines
-        for raw in self.proc.stdout:
-            self.heard = time.monotonic()
-            if raw == CAUGHT_UP:
-                self.caught_up = True
-                continue
-            if raw == SERVE_HELLO:
-                pieces = True
-                continue
-            if pieces:
-                local, stream, kind, text = raw[:-1].split(b" ", 3)
-            else:
-                (local, text), stream, kind = raw.rstrip(b"\n").split(b" ", 1), b"o", WHOLE
-            self.lines.put((self, int(local), stream, kind, text))
-        self.caught_up = True
-        said = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
-        rc = self.proc.wait()
-        self.lines.put((self, None, None, None, (said[-1] if said else f"ssh exited {rc}") if rc else None))
+        """Put each piece the node's line server sends; whatever happens, its end last (the
+        follower waits for every reader's end). A line cut by the connection's end, or one that
+        is not the server's, is left out and said once."""
+        pieces, failed, odd = False, None, 0  # a reader of this version says so first; an older one sends whole lines
+        try:
+            for raw in self.proc.stdout:
+                self.heard = time.monotonic()
+                if raw == CAUGHT_UP:
+                    self.caught_up = True
+                    continue
+                if raw == SERVE_HELLO:
+                    pieces = True
+                    continue
+                try:
+                    if not raw.endswith(b"\n"):
+                        raise ValueError("cut")
+                    if pieces:
+                        local, stream, kind, text = raw[:-1].split(b" ", 3)
+                    else:
+                        (local, text), stream, kind = raw[:-1].split(b" ", 1), b"o", WHOLE
+                    self.lines.put((self, int(local), stream, kind, text), len(text))
+                except ValueError:
+                    odd += 1
+                    if odd == 1:
+                        self.lines.put((self, -1, None, None, raw[:200]), 0)
+        except Exception as error:  # pylint: disable=broad-exception-caught - said, and the follower goes on
+            failed = f"its reader failed: {error!r}"
+        finally:
+            self.caught_up = True
+            try:
+                said = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+                rc = self.proc.wait()
+            except (OSError, ValueError) as error:
+                said, rc = [f"its reader failed: {error!r}"], 1
+            end = failed or ((said[-1] if said else f"ssh exited {rc}") if rc else None)
+            self.lines.put((self, None, None, None, end), 0)
 
     def finish(self) -> None:
         """The run has ended: the node's reader sends the rest of its files, then exits."""
@@ -112,7 +163,7 @@ class RunOutput:
             except OSError:
                 pass
         self.head_files, self.readers, self.followed = [], [], set()
-        self.queue = queue.Queue(maxsize=1024)  # bounded: a slow reader holds the nodes back
+        self.queue = ByteQueue()  # bounded in bytes: a slow reader holds the nodes back
         try:
             with open(os.path.join(run_dir, PLAN_FILE), encoding="utf-8") as handle:
                 self.plan = json.load(handle)
@@ -197,7 +248,8 @@ class RunOutput:
             pieces, waiting = files.read(final)
             shown_pieces += [self._worker_piece(group, index, *piece) for piece in pieces]
             more = more or waiting
-        while len(shown_pieces) < 4096:
+        taken = 0  # bytes of the nodes' pieces in this batch: at most QUEUE_BYTES (and one piece)
+        while len(shown_pieces) < 4096 and taken < QUEUE_BYTES:
             try:
                 reader, local, stream, kind, text = self.queue.get_nowait()
             except queue.Empty:
@@ -207,7 +259,11 @@ class RunOutput:
                 if text:
                     shown_pieces.append(("L", "", f"[{reader.name}] torchfleet: its worker logs could not "
                                                   f"be read from the head: {text}"))
+            elif local < 0:
+                shown_pieces.append(("L", "", f"[{reader.name}] torchfleet: a line cut short or not of its line "
+                                              f"server was left out (and any like it): {text.decode('utf-8', 'replace')!r}"))
             elif reader.wanted is None or local in reader.wanted:
+                taken += len(text)
                 shown_pieces.append(self._worker_piece(reader.group, reader.index, local, stream, kind, text))
         return shown_pieces, more or not self.queue.empty()
 

@@ -318,3 +318,55 @@ def test_a_restarted_runs_attempts_are_read_each_with_its_own_nodes(tmp_path):
     # n1 reads the same first directory here: its worker 1 is rank 3.
     assert sorted(lines) == sorted(["L [rank 1 n0] first attempt", "L [rank 3 n1] first attempt",
                                     "L [rank 1 n0] second attempt"]), lines
+
+
+def _scripted_ssh(tmp_path, body):
+    """An ssh that answers as a node's line server would, with `body` (Python) writing to `out`."""
+    fake = tmp_path / "ssh"
+    fake.write_text(f"#!{sys.executable}\nimport sys\nout = sys.stdout.buffer\n{body}\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_a_cut_or_foreign_line_from_a_node_is_said_once_and_the_follower_still_ends(tmp_path):
+    ssh = _scripted_ssh(tmp_path, "out.write(b'=2\\n-\\n0 o L before\\nnot the server\\n0 o L after\\n0 o L cut mid-')")
+    run_dir, workers = _worker_run(tmp_path, ("n0", "n1"), ssh=ssh)
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0", "n1"], slots=[2, 2]))
+    out = io.StringIO()
+    follower = threading.Thread(target=fl.follow, args=(str(run_dir), "all", True), kwargs={"out": out})
+    follower.start()
+    follower.join(timeout=60)
+    assert not follower.is_alive(), "the follower never ended"
+    lines = _as_piped(out)
+    assert json.loads(lines[-1][2:])["state"] == "succeeded"
+    said = [line for line in lines[:-1] if "[n1]" in line or "n1]" in line]
+    assert said[:2] == ["L [rank 2 n1] before", "L [n1] torchfleet: a line cut short or not of its line server was "
+                                                   "left out (and any like it): 'not the server\\n'"], said
+    assert "L [rank 2 n1] after" in said and not any("cut mid-" in line for line in said), said
+
+
+def test_a_flood_of_unterminated_output_holds_the_follower_to_its_bound_in_bytes(tmp_path):
+    # Four ranks' worth of 100 MiB of pieces of lines that never end, faster than they are shown.
+    piece = "x" * (1 << 20)
+    ssh = _scripted_ssh(tmp_path, "out.write(b'=2\\n-\\n')\n"
+                                  f"for n in range(100):\n    out.write(b'%d o C ' % (n % 2) + b'{piece}' + b'\\n')")
+    run_dir, workers = _worker_run(tmp_path, ("n0", "n1"), ssh=ssh)
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0", "n1"], slots=[2, 2]))
+    seen, slow = [], threading.Event()
+
+    class Sink:
+        def write(self, text):
+            seen.append(len(text))
+            slow.wait(0.002)  # a terminal slower than the node
+
+        def flush(self):
+            pass
+    output, batches = fl.RunOutput(str(run_dir), rr.read_state(str(run_dir)), "all", True), []
+    for lines in output.finish():
+        batches.append(sum(len(text) for _kind, _key, text in lines))
+        for _kind, _key, text in lines:
+            Sink().write(text)
+    assert sum(seen) >= 100 * len(piece)
+    # Held on the head at once: what waits in the queue, and the batch being shown.
+    assert output.queue.peak <= fl.QUEUE_BYTES + len(piece), output.queue.peak
+    assert max(batches) <= fl.QUEUE_BYTES + 2 * len(piece), max(batches)
