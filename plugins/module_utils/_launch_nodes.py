@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import socket
+import time
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ssh_to_nodes import nodes_without_ranks, probe_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ssh_to_nodes import (nodes_without_ranks, probe_nodes,
+                                                                                           withdraw_from_board)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.node_checks import interface_change
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import port_holders, port_in_use
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, group_runs, runs_listed
@@ -65,6 +68,10 @@ def others_listed(others) -> str:
         for (account, run_id), found in sorted(runs.items()))
 
 
+# Looks at the run board where only launches still starting are in the way (see preflight_nodes).
+BOARD_LOOKS = 3
+
+
 def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_miss: int = 0,
                     entry: dict | None = None) -> tuple[dict, list]:
     """Everything the start would trip over, on every node, before anything changes: a node ssh
@@ -83,8 +90,19 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
                "board": {"entry": None if module.check_mode else entry, "share": share}}
     if module.params["expect_packages"]:
         request["packages"] = {"python": plan.python, "expect": module.params["expect_packages"]}
-    answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: request for node in nodes},
-                          control_dir=control_dir)
+    for look in range(BOARD_LOOKS):
+        answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: request for node in nodes},
+                              control_dir=control_dir)
+        in_the_way = [found for answer in answers.values() for found in answer.get("others") or []]
+        # Only launches still starting in the way, and ours yielded to one on some node: two
+        # launches at once may each have yielded on another node. Both withdraw, and look again
+        # after a random while: the first back is the older everywhere, and the other yields.
+        if share or not entry or module.check_mode or look == BOARD_LOOKS - 1 or not in_the_way \
+                or any(found["state"] == "running" for found in in_the_way):
+            break
+        withdraw_from_board([node for node in nodes if answers[node.name].get("announced")], head.name, ssh,
+                            plan.python, plan.run_id, control_dir)
+        time.sleep(random.uniform(0.5, 3.0))
     order = [node.name for node in nodes]
     lost = [name for name in order if "error" in answers[name]]
     missed = lost if lost and len(lost) <= may_miss and head.name not in lost else []

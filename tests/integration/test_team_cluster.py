@@ -13,7 +13,9 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -96,6 +98,38 @@ def test_another_accounts_launch_is_refused_naming_the_run_and_status_shows_it(c
     finally:
         if shared is not None and shared.returncode == 0:
             torchfleet(bob, cluster, "stop", "-e", f"cluster_user_name={BOB}", "--all")
+        torchfleet(cluster.env, cluster, "stop", "--all")
+    deadline = time.monotonic() + 30
+    while (_alive_of("torchfleet") or _alive_of(BOB)) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not _alive_of("torchfleet") and not _alive_of(BOB)
+
+
+def test_two_accounts_launching_at_the_same_instant_start_one_run_and_the_other_names_it(cluster, bob):
+    # Each announces on the board, then reads it: of the two, one goes on (another port too: the
+    # board, not the port, decides).
+    argv = {"torchfleet": (cluster.env, []), BOB: (bob, ["-e", f"cluster_user_name={BOB}", "-e", "master_port=29650"])}
+    barrier = threading.Barrier(2)
+
+    def launch(account):
+        env, extra = argv[account]
+        barrier.wait()
+        return torchfleet(env, cluster, "launch", TICKER, *extra, "-e", "nproc_per_node=1", "--detach",
+                          "--", *ENDLESS)
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            done = dict(zip(argv, pool.map(launch, argv)))
+        started = [account for account, result in done.items() if result.returncode == 0]
+        assert len(started) == 1, {account: result.stderr[-1500:] for account, result in done.items()}
+        [winner], [loser] = started, [account for account in argv if account not in started]
+        run_id = done[winner].stdout.split()[1]
+        said = " ".join(done[loser].stderr.split())
+        print(said[said.find("refusing to launch"):][:500])
+        assert "another account's torchfleet run is alive on these nodes: run " in said, said[-3000:]
+        assert f"run {run_id} of account {winner} (" in said, said[-3000:]
+        assert not _alive_of(loser), "the refused launch left a process"
+    finally:
+        torchfleet(bob, cluster, "stop", "-e", f"cluster_user_name={BOB}", "--all")
         torchfleet(cluster.env, cluster, "stop", "--all")
     deadline = time.monotonic() + 30
     while (_alive_of("torchfleet") or _alive_of(BOB)) and time.monotonic() < deadline:
