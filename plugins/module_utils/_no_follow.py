@@ -121,6 +121,32 @@ def check_directory(path: str) -> None:
         return
 
 
+def check_root_only(path: str) -> None:
+    """Refuse (LinkRefused) a directory whose content root will run or trust (an environment, a
+    wheelhouse) where another account could change it: each part of `path` that exists must be
+    root's, and where others may write it, sticky (as /tmp is); a link only as open_directory
+    follows one. Missing parts are fine: root would make them."""
+    here = "/"
+    for name in _components(os.path.abspath(path)):
+        step = os.path.join(here, name)
+        try:
+            info = os.lstat(step)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(info.st_mode):
+            if info.st_uid != 0 or not root_alone_writes(os.lstat(here)):
+                raise refused_link(step, os.readlink(step))
+            check_root_only(os.path.realpath(step))
+            here = os.path.realpath(step)
+            continue
+        if info.st_uid != 0 or (info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX):
+            raise LinkRefused(step, f"can be changed by another account than root (owner UID {info.st_uid}, mode "
+                                    f"{stat.S_IMODE(info.st_mode):04o})",
+                              f"root runs or trusts what {path} holds: name a path under a directory only root can "
+                              f"write (the default is under /opt/torchfleet)")
+        here = step
+
+
 def matching_files(pattern: str) -> list:
     """The files `pattern` names: itself, or where its last component holds a `*`, those of its
     directory that match (listed through the directory's descriptor, never through a link)."""
@@ -137,10 +163,16 @@ def matching_files(pattern: str) -> list:
         os.close(fd)
 
 
-def refusals(directories: list, files: list) -> list:
+def refusals(directories: list, files: list, root_only: tuple = ()) -> list:
     """[LinkRefused] of every directory and file (or pattern, see matching_files) that root would
-    work in or write through a link: each named, none left out, nothing changed."""
+    work in or write through a link, and of every `root_only` directory another account could
+    change (check_root_only): each named, none left out, nothing changed."""
     found = []
+    for directory in root_only:
+        try:
+            check_root_only(directory)
+        except LinkRefused as refused:
+            found.append(refused)
     for directory in directories:
         try:
             check_directory(directory)

@@ -26,6 +26,14 @@ options:
     type: list
     elements: path
     default: []
+  root_only:
+    description:
+      - Directories whose content root runs or trusts (a Python environment, a wheelhouse): each
+        part of the path that exists must be root's, and sticky where others may write it.
+        Missing ones are fine.
+    type: list
+    elements: path
+    default: []
   files:
     description:
       - Files root will write or edit; missing ones are fine. A C(*) in the last component names
@@ -69,10 +77,11 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._no_follow impo
 def main():
     module = AnsibleModule(
         argument_spec={"directories": {"type": "list", "elements": "path", "default": []},
-                       "files": {"type": "list", "elements": "path", "default": []}},
+                       "files": {"type": "list", "elements": "path", "default": []},
+                       "root_only": {"type": "list", "elements": "path", "default": []}},
         supports_check_mode=True,
     )
-    found = refusals(module.params["directories"], module.params["files"])
+    found = refusals(module.params["directories"], module.params["files"], module.params["root_only"])
     refused = [{"path": item.path, "why": item.why, "fix": item.fix} for item in found]
     if refused:
         module.fail_json(msg="refusing to set this node up, nothing changed: " + "; ".join(map(str, found)),

@@ -69,3 +69,17 @@ def test_a_link_root_made_where_only_root_writes_is_followed_and_dot_dot_stays_i
     (home / "alias").symlink_to(tmp_path / "real")
     with pytest.raises(nf.LinkRefused, match="is a symbolic link"):
         nf.open_directory(str(home / "alias" / "inner"))
+
+
+def test_an_environment_root_runs_must_be_where_only_root_writes(tmp_path):
+    assert nf.refusals([], [], [str(tmp_path / "envs" / "torchfleet")]) == []  # root's, 0700; missing below
+    home = home_of_nobody(tmp_path)
+    [refused] = nf.refusals([], [], [str(home / "envs" / "torchfleet")])
+    assert refused.path == str(home) and "owner UID 65534" in refused.why and "/opt/torchfleet" in refused.fix
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    [refused] = nf.refusals([], [], [str(shared / "env")])
+    assert "mode 0777" in refused.why
+    shared.chmod(0o1777)  # sticky, as /tmp: others cannot swap root's directory in it
+    assert nf.refusals([], [], [str(shared / "env")]) == []
