@@ -1,0 +1,114 @@
+"""Root stays root's (docs/security.md): the training account, with a shell on every node, plants
+links where setup writes as root, and rewrites a run's plan that root's follower reads; neither
+turns torchfleet's privileges against the cluster. On the session's shared cluster; every file
+moved aside is put back, so the nodes are left as setup left them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ready_cluster import NODES, REPO, recap, run
+from test_run_lifecycle import SHORT, TICKER
+
+pytestmark = pytest.mark.cluster
+HOME = "/home/torchfleet"
+LIMIT = 600
+
+
+def as_account(node, script, check=True):
+    done = run(["docker", "exec", "-u", "torchfleet", node, "sh", "-c", script], timeout=60)
+    assert done.returncode == 0 or not check, done.stderr
+    return done
+
+
+def as_root(node, script):
+    done = run(["docker", "exec", node, "sh", "-c", script], timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def torchfleet(cluster, *args):
+    return subprocess.run([sys.executable, "-m", "torchfleet", args[0], "-i", str(cluster.inventory), *args[1:]],
+                          cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=LIMIT, check=False)
+
+
+@pytest.fixture
+def planted(cluster):
+    """On node1, the account's links: ~/.ssh/authorized_keys to root's, ~/.local to a directory of
+    root's, ~/.ansible/tmp dangling under /etc; what they replaced is moved aside, then put back."""
+    node = NODES[1]
+    as_root(node, "install -d -m 0755 -o root -g root /opt/tf-roots-dir && rm -rf /etc/tf-planted")
+    as_account(node, f"cd {HOME} && mv .ssh/authorized_keys .ssh/authorized_keys.mine"
+                     f" && ln -s /root/.ssh/authorized_keys .ssh/authorized_keys"
+                     f" && mv .local .local.mine && ln -s /opt/tf-roots-dir .local"
+                     f" && mv .ansible/tmp .ansible/tmp.mine && ln -s /etc/tf-planted/deep .ansible/tmp")
+    before = as_root(node, "sha256sum /root/.ssh/authorized_keys; stat -c '%U %a' /opt/tf-roots-dir")
+    yield node, before
+    as_account(node, f"cd {HOME} && rm -f .ssh/authorized_keys .local .ansible/tmp"
+                     f" && mv .ssh/authorized_keys.mine .ssh/authorized_keys && mv .local.mine .local"
+                     f" && mv .ansible/tmp.mine .ansible/tmp")
+    as_root(node, "rm -rf /opt/tf-roots-dir")
+
+
+def test_links_the_account_planted_are_refused_by_name_and_root_writes_nothing_through_them(cluster, planted):
+    node, before = planted
+    rc, output = cluster.playbook("setup.yml")
+    said = " ".join(output.split())
+    assert rc != 0, output[-3000:]
+    print(said[said.find("refusing to set this node up"):][:1500])
+    assert f"fatal: [{node}]: FAILED! => {{\"changed\": false, \"msg\": \"refusing to set this node up, " \
+           f"nothing changed: " in said, said[-3000:]
+    for link, target in ((".ssh/authorized_keys", "/root/.ssh/authorized_keys"), (".local", "/opt/tf-roots-dir"),
+                         (".ansible/tmp", "/etc/tf-planted/deep")):
+        assert f"{HOME}/{link} is a symbolic link (to {target})" in said and f"(rm {HOME}/{link})" in said, said[-3000:]
+    # Only node1 failed, at its first task that could change anything; the others converged.
+    ended = recap(output)
+    assert ended[node]["failed"] == 1 and ended[node]["changed"] == 0, ended
+    assert all(ended[other]["failed"] == 0 for other in NODES if other != node), ended
+    assert as_root(node, "sha256sum /root/.ssh/authorized_keys; stat -c '%U %a' /opt/tf-roots-dir") == before
+    assert as_root(node, "ls /etc | grep -c tf-planted || true").strip() == "0"
+    # The cluster's key, the training account's on the head, does not log in as root on node1.
+    denied = as_account(NODES[0], f"ssh -o BatchMode=yes -o ConnectTimeout=10 root@{node} id", check=False)
+    assert denied.returncode != 0 and "uid=0" not in denied.stdout, (denied.stdout, denied.stderr)
+    assert "Permission denied" in denied.stderr, denied.stderr
+
+
+def test_root_following_a_run_whose_plan_a_rank_rewrote_runs_nothing_of_the_accounts_as_root(cluster):
+    launched = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--", *SHORT)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    listed = torchfleet(cluster, "runs", "--json")
+    run_id = json.loads(listed.stdout)[0]["run_id"]
+    head, run_dir = NODES[0], f"{HOME}/torchfleet/runs/{run_id}"
+    # What a rank of the run can do: its plan and record name a program and package of the
+    # account's, and workers under /root (the old follower stayed root for a directory of root's).
+    as_root(head, "rm -f /tmp/tf-marker.*")
+    rewrite = (
+        "import json, os, shutil, sys\n"
+        "run_dir, home = sys.argv[1], sys.argv[2]\n"
+        "marker = os.path.join(home, 'marker')\n"
+        "open(marker, 'w').write('#!/bin/sh\\nid -u > /tmp/tf-marker.$$\\nexit 1\\n')\n"
+        "os.chmod(marker, 0o755)\n"
+        "plan = json.load(open(os.path.join(run_dir, 'run.json')))\n"
+        "package = os.path.join(home, 'evil', '_on_node')\n"
+        "shutil.copytree(plan['package'], package, dirs_exist_ok=True)\n"
+        "plan.update(ssh=marker, package=package, worker_files=True)\n"
+        "plan['paths']['workers'] = '/root/tf-workers'\n"
+        "json.dump(plan, open(os.path.join(run_dir, 'run.json'), 'w'))\n"
+        "state = json.load(open(os.path.join(run_dir, 'state.json')))\n"
+        "for attempt in state.get('attempts') or []:\n"
+        "    attempt['workers'] = '/root/tf-workers'\n"
+        "json.dump(state, open(os.path.join(run_dir, 'state.json'), 'w'))\n")
+    as_account(head, f"python3 - {run_dir} {HOME} <<'EOF'\n{rewrite}EOF")
+    try:
+        logs = torchfleet(cluster, "logs", "--all-ranks", run_id)
+        waited = torchfleet(cluster, "wait", run_id)
+        print(logs.stdout[-500:], logs.stderr[-500:], waited.stdout[-300:], waited.stderr[-300:])
+        uids = as_root(head, "cat /tmp/tf-marker.* 2>/dev/null || true").split()
+        # The marker ran as the account (the follower put root's privileges down first), never as root.
+        account_uid = as_root(head, "id -u torchfleet").strip()
+        assert uids and set(uids) == {account_uid}, (uids, logs.stderr[-2000:])
+    finally:
+        as_account(head, f"rm -rf {HOME}/marker {HOME}/evil {run_dir}")
+        as_root(head, "rm -f /tmp/tf-marker.*")
