@@ -11,6 +11,20 @@ import time
 # Job states after which nothing of the job runs (squeue(1) "JOB STATE CODES").
 ENDED = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL",
                    "OUT_OF_MEMORY", "PREEMPTED", "SPECIAL_EXIT", "TIMEOUT"})
+# How a job that ended in each of those states ends its run (a job COMPLETED or FAILED is read from
+# its ranks, as any launcher's end): (the record's state, the exit code `wait` gives, whether a
+# restart under max_restarts can help, Slurm's word in the report). Whatever ExitCode says: Slurm
+# reports 0:0 for some of these (a TIMEOUT, a CANCELLED, a NODE_FAIL, by version and setup).
+VERDICTS = {
+    "TIMEOUT": ("timed_out", 124, False, "it reached its time limit"),
+    "DEADLINE": ("timed_out", 124, False, "it reached its deadline"),
+    "NODE_FAIL": ("failed", 1, True, "a node of its allocation failed"),
+    "BOOT_FAIL": ("failed", 1, True, "a node of its allocation failed to boot"),
+    "PREEMPTED": ("failed", 1, True, "it was preempted by another job"),
+    "CANCELLED": ("stopped", 143, False, "it was cancelled outside torchfleet (scancel)"),
+    "OUT_OF_MEMORY": ("failed", 137, False, "it ran out of the memory its allocation grants"),
+    "SPECIAL_EXIT": ("failed", 1, False, "it ended in Slurm's special exit state"),
+}
 # What sbatch --time accepts: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS.
 _TIME = re.compile(r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+(?::\d{1,2}(?::\d{1,2})?)?)$")
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -151,6 +165,20 @@ def returncode(info: dict) -> int:
     code, _sep, signum = info.get("ExitCode", "0:0").partition(":")
     code, signum = int(code or 0), int(signum or 0)
     return -signum if signum and not code else code
+
+
+def verdict(info: dict, job_id: str = "?") -> dict | None:
+    """How a job that Slurm ended (scontrol's `info`) ends the run, where its state says more than
+    its ranks (VERDICTS): {state, rc, restart, msg}; None for COMPLETED, FAILED or a job not ended."""
+    job_state = info.get("JobState")
+    if job_state not in VERDICTS:
+        return None
+    state, rc, restart, words = VERDICTS[job_state]
+    reason = info.get("Reason")
+    nodes = info.get("NodeList")
+    said = (f"Slurm ended job {job_id}: {job_state}{f' ({reason})' if reason and reason != 'None' else ''}: "
+            f"{words}{f' (nodes {nodes})' if nodes and nodes != '(null)' else ''}")
+    return {"state": state, "rc": rc, "restart": restart, "msg": said, "slurm_state": job_state}
 
 
 # The comment every job of a launch carries (--comment), so that `stop` finds torchfleet's jobs

@@ -356,6 +356,14 @@ class Run:
         elif end.grow:
             state = "failed"  # never the run's last state: the next attempt follows
             msg = f"run {run_id} ended its attempt at a checkpoint to grow to {', '.join(end.grow)}{left}"
+        elif slurm_job and slurm.verdict(proc.info, proc.job_id):
+            # Slurm's word, whatever ExitCode says (it says 0:0 for some of these).
+            said = slurm.verdict(proc.info, proc.job_id)
+            state, rc = said["state"], said["rc"]
+            result.update(rc=rc, slurm_state=said["slurm_state"], timed_out=state == "timed_out")
+            if said["restart"]:
+                result["slurm_cause"] = said["msg"]
+            msg = f"run {run_id}: {said['msg']}; logs under {paths['run']}{left}"
         elif rc != 0:
             state = "failed"
             failure = report.describe_failure(

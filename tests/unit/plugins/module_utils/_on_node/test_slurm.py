@@ -34,6 +34,23 @@ def test_scontrol_records_and_exit_codes():
     assert slurm.returncode({"ExitCode": "0:0"}) == 0
 
 
+# Every state Slurm ends a job in: the run's record state, the exit code `wait` gives, and whether
+# a restart can help. COMPLETED and FAILED are read from the ranks (None here), as any launcher's.
+@pytest.mark.parametrize("job_state, expected", [
+    ("COMPLETED", None), ("FAILED", None),
+    ("TIMEOUT", ("timed_out", 124, False)), ("DEADLINE", ("timed_out", 124, False)),
+    ("NODE_FAIL", ("failed", 1, True)), ("BOOT_FAIL", ("failed", 1, True)), ("PREEMPTED", ("failed", 1, True)),
+    ("CANCELLED", ("stopped", 143, False)), ("OUT_OF_MEMORY", ("failed", 137, False)),
+    ("SPECIAL_EXIT", ("failed", 1, False)), ("RUNNING", None), ("PENDING", None)])
+@pytest.mark.parametrize("exit_code", ["0:0", "0:15", "1:0"])
+def test_every_ended_state_is_the_records_whatever_the_exit_code(job_state, expected, exit_code):
+    said = slurm.verdict({"JobState": job_state, "Reason": "TimeLimit", "ExitCode": exit_code, "NodeList": "n[0-1]"}, "7")
+    assert (None if said is None else (said["state"], said["rc"], said["restart"])) == expected
+    if said:
+        assert said["msg"].startswith(f"Slurm ended job 7: {job_state} (TimeLimit): ") and "(nodes n[0-1])" in said["msg"]
+    assert set(slurm.VERDICTS) | {"COMPLETED", "FAILED"} == slurm.ENDED
+
+
 def test_fields_keep_the_first_value_of_a_key_and_skip_bare_words():
     info = slurm.fields("JobId=7 Command=/a/b=c flag JobId=8 Empty=")
     assert info == {"JobId": "7", "Command": "/a/b=c", "Empty": ""}

@@ -104,7 +104,6 @@ def test_slurm_is_asked_at_most_once_a_poll(tmp_path, scontrol, monkeypatch):
     ({"JobState": "COMPLETED", "ExitCode": "0:0"}, 0),
     ({"JobState": "FAILED", "ExitCode": "3:0"}, 3),
     ({"JobState": "CANCELLED", "ExitCode": "0:15"}, -15),
-    ({"JobState": "TIMEOUT", "ExitCode": "0:0"}, 0),
     (None, 1),  # Slurm forgot the job: it ended, how is not known
 ])
 def test_an_ended_job_gives_its_returncode(tmp_path, scontrol, info, code):
