@@ -193,7 +193,10 @@ class RunOutput:
                 self.followed.add(attempt["workers"])
 
     def _follow(self, directory: str, group: list, from_start: bool) -> None:
-        nproc, by_name = self.plan["nproc"], {node["name"]: node for node in self.plan["nodes"]}
+        # Every node of the request, not only the first attempt's: a spare or a node taken back
+        # serves a later attempt's files.
+        nproc = self.plan["nproc"]
+        by_name = {node["name"]: node for node in [*(request_value(self.plan, "nodes") or []), *self.plan["nodes"]]}
         # {index in the group: its local ranks to show, None for all}: rank = index * nproc + local.
         if self.ranks == "all":
             wanted = dict.fromkeys(range(len(group)))

@@ -51,7 +51,8 @@ def end_everywhere(plan: SupervisorPlan, record: dict | None) -> dict:
                 problems.append(str(err))
     stopped, survivors = end_run(plan.run_id, plan.request.stop_grace)
     ended = None
-    nodes = [SimpleNamespace(**node) for node in plan.nodes]
+    # Every node of the request: a spare or a node taken back may run a later attempt.
+    nodes = [SimpleNamespace(**node) for node in plan.request.nodes]
     if plan.request.check_nodes and plan.ssh and len(nodes) > 1:
         ended = end_run_on_nodes(nodes, plan.head, plan.ssh, plan.request.python, plan.run_id, plan.request.stop_grace)
     if survivors:

@@ -370,3 +370,26 @@ def test_a_flood_of_unterminated_output_holds_the_follower_to_its_bound_in_bytes
     # Held on the head at once: what waits in the queue, and the batch being shown.
     assert output.queue.peak <= fl.QUEUE_BYTES + len(piece), output.queue.peak
     assert max(batches) <= fl.QUEUE_BYTES + 2 * len(piece), max(batches)
+
+
+def test_a_spare_that_came_in_is_followed_as_every_other_node(tmp_path):
+    # run.json's nodes are the first attempt's (n0, n1); the request's hold the spare n2, which a
+    # second attempt took in n1's place.
+    fake_ssh = tmp_path / "ssh"
+    fake_ssh.write_text('#!/bin/sh\nwhile [ "$1" = -o ]; do shift 2; done\nshift; exec sh -c "$1"\n')
+    fake_ssh.chmod(0o755)
+    run_dir, workers = _worker_run(tmp_path, ("n0", "n1"), ssh=str(fake_ssh))
+    plan = json.loads((run_dir / "run.json").read_text())
+    plan["request"] = {"head": "n0", "python": sys.executable, "nodes": [{"name": name, "address": name} for name in ("n0", "n1", "n2")]}
+    (run_dir / "run.json").write_text(json.dumps(plan))
+    second = tmp_path / "w1" / "workers.1"
+    path = second / "w1_def" / "attempt_0" / "0" / "stdout.log"
+    path.parent.mkdir(parents=True)
+    path.write_text("from the spare's files\n")
+    attempts = [{"attempt": 0, "workers": str(workers), "nodes": ["n0", "n1"]},
+                {"attempt": 1, "workers": str(second), "nodes": ["n0", "n2"]}]
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0", "n2"], slots=[2, 2],
+                                                attempts=attempts, restarts=1))
+    out = io.StringIO()
+    fl.follow(str(run_dir), "node:n2", out=out)
+    assert _as_piped(out)[:-1] == ["L [rank 2 n2] from the spare's files"]
