@@ -11,6 +11,7 @@ Standard library only: the CLI imports this file outside Ansible.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.slurm 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (
     LIST_OPTIONS, OPTIONS, RESTART_OPTIONS)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.liveness import SILENT_AFTER
 
 EXAMPLE_LISTS = {option.name: list(option.example) for option in OPTIONS if option.example}
 # The script and its files travel base64 in the launch module's arguments, and on to each node
@@ -114,9 +116,8 @@ def _start_problems(request: dict) -> list[str]:
     elif not shared and not by_pals(request) and os.path.isfile(request["script"]):
         problems += _size_problems([request["script"], *lists["files"]])
     problems += _nproc_problems(request)
-    said = port_problem(request["master_port"])
-    if said:
-        problems.append(said)
+    problems += [said for said in (port_problem(request["master_port"]),
+                                   heartbeat_problem(request.get("heartbeat_timeout", 0))) if said]
     if not re.match(r"[/~]", request["log_dir"]):
         problems.append(f"log_dir is '{request['log_dir']}': give an absolute path on the nodes, or one "
                         f"under the training account's home such as ~/torchfleet/runs (a relative path "
@@ -330,6 +331,17 @@ def _slurm_conflicts(mode: str, tree_spawn: bool, mode_name: str) -> list[str]:
     return found
 
 
+def heartbeat_problem(value) -> str | None:
+    """heartbeat_timeout below what makes a node silent (liveness.SILENT_AFTER) would never be
+    reached before the node is silent: refused, naming the floor."""
+    floor = math.ceil(SILENT_AFTER)
+    if str(value).strip().isdigit() and 0 < int(str(value).strip()) < floor:
+        return (f"heartbeat_timeout is {int(str(value).strip())}: a node is silent only after {SILENT_AFTER} s "
+                f"without a beat, so the tolerance must be at least {floor} s; give {floor} or more "
+                f"(the default, 30, waits out the common network blips), or 0 to leave silent nodes alone.")
+    return None
+
+
 def module_refusal(request) -> str | None:
     """What the module refuses of a request before anything changes, that its argument spec
     cannot say: what cannot run under Slurm (the role's problems() said it earlier, by the
@@ -338,4 +350,5 @@ def module_refusal(request) -> str | None:
     found = restart_problems(restart, len(request.nodes or ()), request.mode, request.scheduler, request.check_nodes)
     if request.scheduler == "slurm":
         found += _slurm_conflicts(request.mode, bool(request.tree_spawn), "mode")
+    found += [said for said in [heartbeat_problem(request.heartbeat_timeout)] if said]
     return " ".join(found) or None

@@ -44,3 +44,12 @@ def test_good_restart_options_pass():
     assert lc.restart_problems({"max_restarts": "2", "min_nodes": "2", "restart_wait": "60",
                                 "final_exit_codes": [2, "3"]}, 3, "torchrun", "none") == []
     assert lc.restart_problems({}, 1, "rank", "slurm") == []  # no restarts asked: nothing to refuse
+
+
+@pytest.mark.parametrize("value, refused", [(1, True), (3, True), ("2", True), (0, False), (4, False), (30, False)])
+def test_a_heartbeat_timeout_below_the_silence_that_makes_a_node_silent_is_refused_naming_the_floor(value, refused):
+    said = lc.heartbeat_problem(value)
+    assert bool(said) == refused
+    if refused:
+        assert f"heartbeat_timeout is {int(value)}" in said and "at least 4 s" in said and "or 0" in said
+    assert bool(lc.module_refusal(LaunchRequest.of({"heartbeat_timeout": value}))) == refused
