@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import re
 import shlex
 import threading
 import time
@@ -300,7 +301,8 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
         for name in [name for name, ok in knocked.items() if not ok]:
             answering.pop(name, None)
         back = [pending[name] for name, ok in knocked.items() if ok and name not in answering]
-        if back:
+        # Each act checks first that its attempt still runs: the next may use these nodes already.
+        if back and not over.is_set():
             done = end_run_on_nodes(back, plan.head, plan.ssh, plan.request.python, plan.run_id, plan.request.stop_grace)
             silent = {node["name"] for node in done["silent"]}
             for node in back:
@@ -320,6 +322,8 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
                               {node.name: rejoin_request(plan.node_checks) for node in settled},
                               timeout=PROBE_TIMEOUT, connect_timeout=5, control_dir=plan.control_dir)
         for node in settled:
+            if over.is_set():  # the attempt ended while they were asked: never grow the next one
+                return
             answer = answers.get(node.name, {"error": "no answer"})
             problem = rejoin_problem(node, answer, plan.run_id) or give_files(run, node, answer.get("stale"))
             if problem:
@@ -349,6 +353,15 @@ def give_files(run, node, stale) -> str | None:
     return f"the run's files could not be put there: {answer['error']}" if "error" in answer else None
 
 
+ATTEMPT_DIR = re.compile(r"/attempt_(\d+)/")
+
+
+def is_checkpoint_mark(line: bytes) -> bool:
+    """Whether a line of rank 0's is the script's word that its checkpoint is complete: the mark as
+    a whole word at the line's start (TORCHFLEET_CHECKPOINT_DIR=... is not it)."""
+    return line.startswith(CHECKPOINT_MARK) and line[len(CHECKPOINT_MARK):len(CHECKPOINT_MARK) + 1] in (b"", b" ", b"\t", b"\r", b"\n")
+
+
 class CheckpointWatch:
     """Rank 0's stdout on the head (torchrun's file of worker 0 on node 0), read from now on for
     a line that begins with CHECKPOINT_MARK."""
@@ -358,15 +371,15 @@ class CheckpointWatch:
         self.tail, self.first_look = None, True
 
     def seen(self) -> bool:
-        if self.tail is None:
-            found = sorted(glob.glob(self.pattern))
+        if self.tail is None:  # the newest of torchrun's attempts, by number (attempt_10 after attempt_9)
+            found = sorted(glob.glob(self.pattern), key=lambda path: int(ATTEMPT_DIR.search(path).group(1)))
             first, self.first_look = self.first_look, False
             if not found:
                 return False
             self.tail = Tail(found[-1], os.path.getsize(found[-1]) if first else 0)
         while True:
             pieces, more = self.tail.pieces()
-            if any(kind in (WHOLE, DONE) and text.startswith(CHECKPOINT_MARK) for kind, text in pieces):
+            if any(kind in (WHOLE, DONE) and is_checkpoint_mark(text) for kind, text in pieces):
                 return True
             if not more:
                 return False

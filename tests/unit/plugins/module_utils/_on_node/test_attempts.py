@@ -77,6 +77,27 @@ def test_a_rank_0_file_that_appears_after_the_watch_began_is_read_whole(tmp_path
     assert watch.seen()
 
 
+def test_the_mark_is_a_whole_word_at_the_lines_start():
+    assert attempts.is_checkpoint_mark(b"TORCHFLEET_CHECKPOINT")
+    assert attempts.is_checkpoint_mark(b"TORCHFLEET_CHECKPOINT epoch=3")
+    assert not attempts.is_checkpoint_mark(b"TORCHFLEET_CHECKPOINT_DIR=/shared/ckpt")
+    assert not attempts.is_checkpoint_mark(b"TORCHFLEET_CHECKPOINTS written")
+    assert not attempts.is_checkpoint_mark(b"saved TORCHFLEET_CHECKPOINT")
+
+
+def test_the_newest_of_torchruns_attempts_is_watched_by_number(tmp_path):
+    workers = tmp_path / "workers"
+    for attempt, text in ((9, "TORCHFLEET_CHECKPOINT 9\n"), (10, "")):
+        log = workers / "node0" / "r1_x" / f"attempt_{attempt}" / "0" / "stdout.log"
+        log.parent.mkdir(parents=True)
+        log.write_text(text)
+    watch = attempts.CheckpointWatch(str(workers))
+    assert not watch.seen()  # attempt_10 is watched (from now), not attempt_9 (sorted as text, last)
+    with open(workers / "node0" / "r1_x" / "attempt_10" / "0" / "stdout.log", "a", encoding="utf-8") as out:
+        out.write("TORCHFLEET_CHECKPOINT 10\n")
+    assert watch.seen()
+
+
 def test_the_files_a_node_back_lacks_are_the_heads_own_copies_as_the_launch_sent_them(tmp_path):
     import base64
     import hashlib
