@@ -28,7 +28,7 @@ options:
     default: []
   root_only:
     description:
-      - Directories whose content root runs or trusts (a Python environment, a wheelhouse): each
+      - Directories whose content root runs or trusts (a Python environment, a wheelhouse). Each
         part of the path that exists must be root's, and sticky where others may write it.
         Missing ones are fine.
     type: list

@@ -128,7 +128,8 @@ class NodeReader:
                     odd += 1
                     if odd == 1:
                         self.lines.put((self, -1, None, None, raw[:200]), 0)
-        except Exception as error:  # pylint: disable=broad-exception-caught - said, and the follower goes on
+        except Exception as error:  # pylint: disable=broad-exception-caught
+            # Said, and the follower goes on without this node.
             failed = f"its reader failed: {error!r}"
         finally:
             self.caught_up = True

@@ -340,8 +340,8 @@ def test_a_cut_or_foreign_line_from_a_node_is_said_once_and_the_follower_still_e
     lines = _as_piped(out)
     assert json.loads(lines[-1][2:])["state"] == "succeeded"
     said = [line for line in lines[:-1] if "[n1]" in line or "n1]" in line]
-    assert said[:2] == ["L [rank 2 n1] before", "L [n1] torchfleet: a line cut short or not of its line server was "
-                                                   "left out (and any like it): 'not the server\\n'"], said
+    note = "L [n1] torchfleet: a line cut short or not of its line server was left out (and any like it): "
+    assert said[:2] == ["L [rank 2 n1] before", note + "'not the server\\n'"], said
     assert "L [rank 2 n1] after" in said and not any("cut mid-" in line for line in said), said
 
 
