@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType, SimpleNamespace
 
 from .ssh_to_nodes import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes, withdraw_from_board
-from .liveness import SSH_PORT, node_answers
+from .liveness import node_answers, ssh_port
 from .node_checks import head_copies, rejoin_problem, rejoin_request
 from .probe import board_answer, end_run, find_run_processes, port_in_use
 from .record import RunRecord, SupervisorPlan, node_workers, reserve_space
@@ -165,7 +165,8 @@ def ready_nodes(run, asked) -> tuple[list, dict]:
     plan = run.plan
     others = [node for node in asked if node.name != plan.head]
     with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(others) or 1)) as pool:
-        knocked = list(pool.map(lambda n: node_answers(n.address, SSH_PORT, timeout=KNOCK_TIMEOUT), others))
+        knocked = list(pool.map(lambda n: node_answers(n.address, ssh_port(plan.ssh or "ssh", n.address),
+                                                       timeout=KNOCK_TIMEOUT), others))
     reachable = [node for node, ok in zip(others, knocked) if ok]
     # The run's files too: a node left out at the launch (it did not answer) never got them.
     # Announced on the board first, then read: a node another account's launch took meanwhile is busy.
@@ -297,7 +298,8 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
                         control_dir=plan.control_dir)
             if over.is_set():
                 break
-        knocked = {name: node_answers(node.address, SSH_PORT, timeout=KNOCK_TIMEOUT) for name, node in pending.items()}
+        knocked = {name: node_answers(node.address, ssh_port(plan.ssh or "ssh", node.address), timeout=KNOCK_TIMEOUT)
+                   for name, node in pending.items()}
         for name in [name for name, ok in knocked.items() if not ok]:
             answering.pop(name, None)
         back = [pending[name] for name, ok in knocked.items() if ok and name not in answering]

@@ -17,6 +17,7 @@ session: the confirmation of a death, and the restarts' first look at a node.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import shlex
 import signal
@@ -33,7 +34,26 @@ SILENT_AFTER = 3.5  # seconds without a beat after which a node is silent (three
 CONFIRM_KNOCK = 0.5  # seconds a node whose session closed has to answer on its ssh port
 REOPEN_WITHIN = 5.0  # seconds a node that answers has to begin a new session (a dead beat, not node)
 RETRY_EVERY = 2.0  # seconds between two tries at a first session with a node
-SSH_PORT = 22
+SSH_PORT = 22  # where `ssh -G` names none
+# Seconds between two looks at the verdicts beyond which the supervisor itself was paused, and how
+# long it then lets the beats waiting in its pipes be read (a beat a second comes in that time).
+PAUSED_AFTER = 2.0
+DRAIN = 1.5
+
+
+@functools.lru_cache(maxsize=None)
+def ssh_port(ssh: str, address: str) -> int:
+    """The port the cluster's ssh reaches `address` on, as its configuration says (`ssh -G`, which
+    connects nowhere): the knocks go there, not to 22 whatever the cluster uses."""
+    try:
+        said = subprocess.run([ssh, "-G", address], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return SSH_PORT
+    for line in said.splitlines():
+        key, _sep, value = line.partition(" ")
+        if key == "port" and value.strip().isdigit():
+            return int(value)
+    return SSH_PORT
 
 # Run on each node by its own interpreter (-S: the standard library alone). It ends at its first
 # write once the head closes the session.
@@ -94,13 +114,18 @@ class Verdict:
                 f"{tolerance} s: cut off, powered off, crashed or hung)")
 
 
-def judge(beat: float | None, now: float, tolerance: float, dead: tuple | None) -> tuple[NodeState, float | None]:
+def judge(beat: float | None, now: float, tolerance: float, dead: tuple | None,
+          watched: float | None = None) -> tuple[NodeState, float | None]:
     """A node's state from its last beat (monotonic; None: no session yet), `now`, the tolerance,
-    and its proven death ((monotonic, why) or None); with the moment it began."""
+    and its proven death ((monotonic, why) or None); with the moment it began. A node whose first
+    beat never comes (its session opens and hangs) is lost once the tolerance has passed since its
+    watch began (`watched`), as a node that stopped beating is."""
     if dead is not None:
         return NodeState.DEAD, dead[0]
     if beat is None:
-        return NodeState.ALIVE, None  # not watched yet: the launcher's own checks cover its start
+        if watched is not None and now - watched >= tolerance:
+            return NodeState.LOST, watched
+        return NodeState.ALIVE, None  # its session is starting: the launcher's own checks cover it
     quiet = now - beat
     if quiet >= tolerance:
         return NodeState.LOST, beat
@@ -115,6 +140,7 @@ class NodeBeat:
     def __init__(self, node, argv: list, stopped: threading.Event):
         self.node, self.argv, self.stopped = node, argv, stopped
         self.boot: bytes | None = None
+        self.watched = time.monotonic()  # when its watch began: the first beat is due from then
         self.beat: float | None = None  # monotonic time of the last beat
         self.dead: tuple | None = None  # (monotonic, why) once proven
         self.confirming = False
@@ -189,7 +215,7 @@ class NodeBeat:
         new session from the same boot (only the beat's own process died). The new session, or
         None once the node is recorded dead."""
         address = self.node.address
-        if not node_answers(address, SSH_PORT, timeout=CONFIRM_KNOCK):
+        if not node_answers(address, ssh_port(self.argv[0], address), timeout=CONFIRM_KNOCK):
             self.dead = (closed, "its connection closed, and it no longer answers on the network")
             return None
         proc = self._session()
@@ -218,7 +244,7 @@ class Liveness:
     """The beats of an attempt's other nodes, from its start to its end (close)."""
 
     def __init__(self, nodes, ssh: str, python: str, tolerance: int, control_dir: str | None = None):
-        self.tolerance = tolerance
+        self.tolerance, self.looked = tolerance, None  # looked: when verdicts() last ran (monotonic)
         self.stopped = threading.Event()
         sharing = ["-o", f"ControlPath={control_dir}/%C"] if control_dir else []
         remote = shlex.join([python, "-S", "-c", BEAT])
@@ -227,10 +253,16 @@ class Liveness:
                       for node in nodes}
 
     def verdicts(self) -> dict:
-        """{name: Verdict} of every watched node, now."""
-        now, found = time.monotonic(), {}
+        """{name: Verdict} of every watched node, now. After a pause of the supervisor itself (the
+        head under memory pressure, a SIGSTOP), the beats that waited in its pipes are read first:
+        a node is never judged by the supervisor's own silence."""
+        now = time.monotonic()
+        if self.looked is not None and now - self.looked > PAUSED_AFTER:
+            time.sleep(DRAIN)
+            now = time.monotonic()
+        self.looked, found = now, {}
         for name, beat in self.beats.items():
-            state, since = judge(beat.beat, now, self.tolerance, beat.dead)
+            state, since = judge(beat.beat, now, self.tolerance, beat.dead, beat.watched)
             why = beat.dead[1] if beat.dead else ""
             found[name] = Verdict(state, wall_time(since) if since is not None else None, why)
         return found

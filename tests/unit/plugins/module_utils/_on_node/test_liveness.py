@@ -20,6 +20,8 @@ exec sh -c "$last"
 
 def test_a_node_is_judged_by_how_long_it_has_been_quiet():
     assert judge(None, 100.0, 30, None) == (NodeState.ALIVE, None)  # no session yet: not judged
+    assert judge(None, 100.0, 30, None, watched=80.0) == (NodeState.ALIVE, None)  # its session is starting
+    assert judge(None, 100.0, 30, None, watched=70.0) == (NodeState.LOST, 70.0)  # its first beat never came
     assert judge(99.0, 100.0, 30, None) == (NodeState.ALIVE, None)
     assert judge(100.0 - liveness.SILENT_AFTER, 100.0, 30, None) == (NodeState.SILENT, 100.0 - liveness.SILENT_AFTER)
     assert judge(71.0, 100.0, 30, None) == (NodeState.SILENT, 71.0)  # 29 s: waited out
@@ -112,3 +114,32 @@ exec sleep 600
 def test_the_knock_takes_a_refusal_as_an_answer(port):
     # Port 1 is closed here: the kernel's refusal is the answer, and no program sees the knock.
     assert liveness.node_answers("127.0.0.1", port)
+
+
+def test_a_supervisor_that_was_paused_reads_the_beats_waiting_before_it_judges(tmp_path):
+    # As if the supervisor had been stopped for a minute while the node kept beating into the pipe:
+    # its last look and the last beat it read are a minute old; the node is alive, not lost.
+    watch = _watch(tmp_path, tolerance=5)
+    try:
+        beat = watch.beats["n1"]
+        _until(lambda: beat.beat is not None, 30, "a first beat")
+        watch.verdicts()
+        watch.looked = beat.beat = time.monotonic() - 60
+        assert watch.verdicts()["n1"].state is NodeState.ALIVE
+        # Without a pause of its own, a minute without a beat is a node lost.
+        beat.beat = time.monotonic() - 60
+        watch.looked = time.monotonic()
+        state = judge(beat.beat, time.monotonic(), 5, None)[0]
+        assert state is NodeState.LOST
+    finally:
+        watch.close()
+
+
+def test_the_knock_goes_to_the_port_the_clusters_ssh_uses(tmp_path):
+    config = tmp_path / "config"
+    config.write_text("Host n7\n    Port 2222\n")
+    ssh = tmp_path / "ssh-with-config"
+    ssh.write_text(f"#!/bin/sh\nexec ssh -F {config} \"$@\"\n")
+    ssh.chmod(0o755)
+    assert liveness.ssh_port(str(ssh), "n7") == 2222
+    assert liveness.ssh_port(str(ssh), "n8") == 22
