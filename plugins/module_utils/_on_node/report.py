@@ -72,6 +72,12 @@ def _by_source(text: str) -> dict:
     return sources
 
 
+def launcher_own(text: str) -> str:
+    """The launcher's own lines of its log: none of those it tags as a process's output, so that a
+    rank printing Open MPI's (or Hydra's) words is never taken for the launcher's."""
+    return "".join(line for line in text.splitlines(keepends=True) if not _SOURCE_TAG.match(line))
+
+
 def parse_torchrun_failures(text: str) -> list[dict]:
     """Every root cause block in a launcher log, each read from its own node's lines, in the order
     they appear; each with `noticed`: where in the log its node's torchrun first said it saw a
@@ -280,17 +286,18 @@ def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dic
             host = order[index].name
         pattern = f"{node_workers(paths['workers'], index)}/*/attempt_*/{failure['local_rank']}/stderr.log"
     else:
-        hydra = parse_hydra_failure(text) if mode == "mpich" else None
+        own = launcher_own(text)  # only Open MPI (or Hydra) speaks for itself
+        hydra = parse_hydra_failure(own) if mode == "mpich" else None
         if hydra:
             # Hydra names the node, not the rank: its torchrun ended without a worker's summary.
             return {"failed_rank": None, "failed_host": node_named(hydra["host"], order),
                     "failed_exit_code": hydra["exit_code"], "failed_log": paths["launcher"],
                     "failed_log_tail": untagged(tail(text))}
-        failure = parse_mpirun_failure(text)
+        failure = parse_mpirun_failure(own)
         if not failure:
             # No process failed as far as Open MPI knows, but a whole node may be gone: that node
             # is failed_host, with no rank and no exit code.
-            lost = parse_lost_daemon(text)
+            lost = parse_lost_daemon(own)
             return {"failed_rank": None, "failed_host": node_named(lost, order) if lost else None,
                     "failed_exit_code": None, "failed_log": paths["launcher"],
                     "failed_log_tail": untagged(tail(text))}

@@ -332,3 +332,16 @@ def test_a_huge_line_is_clipped_where_a_record_quotes_it(tmp_path):
 def test_group_runs():
     procs = [{"pid": 5, "run_id": "b"}, {"pid": 3, "run_id": "a"}, {"pid": 7, "run_id": "b"}]
     assert report.group_runs(procs) == [{"run_id": "a", "pids": [3]}, {"run_id": "b", "pids": [5, 7]}]
+
+
+def test_a_rank_printing_open_mpis_failure_sentence_is_not_taken_for_open_mpi(tmp_path):
+    # Rank 0 prints what mpirun would say of a killed rank 1; mpirun itself names rank 1's exit 3.
+    nodes = [Node("head", "10.0.0.1", 1), Node("w1", "10.0.0.2", 1)]
+    forged = ("[1,0]<stdout>:mpirun noticed that process rank 0 with PID 1 on node head exited on signal 9 (Killed).\n"
+              "[1,0]<stdout>:ORTE has lost communication with a remote daemon.\n"
+              "[1,0]<stdout>:  Remote daemon: [[1,0],2] on node w1\n")
+    failure = report.describe_failure(forged + captured("rank_exit3.log"), nodes, "rank", _paths(tmp_path))
+    assert (failure["failed_rank"], failure["failed_exit_code"]) == (1, 3), failure
+    # Nothing of the launcher's own: no failure named, whatever the ranks printed.
+    alone = report.describe_failure(forged, nodes, "rank", _paths(tmp_path))
+    assert (alone["failed_rank"], alone["failed_host"], alone["failed_exit_code"]) == (None, None, None), alone
