@@ -55,6 +55,7 @@ def ssh_port(ssh: str, address: str) -> int:
             return int(value)
     return SSH_PORT
 
+
 # Run on each node by its own interpreter (-S: the standard library alone). It ends at its first
 # write once the head closes the session.
 BEAT = (
