@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ssh_to_nodes import probe_nodes
@@ -24,7 +25,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record
     runs_index,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, group_runs, runs_listed
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import write_file
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import find_run_processes, write_file
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, plan_of_run
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest, stored
@@ -88,6 +89,18 @@ def other_runs(module, plan: SupervisorPlan) -> list[dict]:
             if run["run_id"] != plan.run_id]
 
 
+def wait_for_clean_up(run_id: str, seconds: float) -> list[dict]:
+    """What is left of the run on the head (a dead supervisor's guardian still ending it), waited
+    for up to `seconds`; what is still alive then. A restart that began beside it would be ended
+    by it (its sweep ends every process of the run id)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = find_run_processes({run_id})
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.5)
+
+
 def run_restarted(module) -> None:
     p = module.params
     run_id = p["run_id"]
@@ -126,6 +139,12 @@ def run_restarted(module) -> None:
     env = launcher_env(os.environ, set(rendered.inherit), rendered.env,
                        {name: str(p["env_secrets"][name]) for name in rendered.secrets})
     result.update(launcher_log=plan.paths["launcher"], attempt=plan.attempts_before)
+    # As long as a guardian's clean-up may take: the launcher's grace, the head's, the nodes'.
+    left = [] if module.check_mode else wait_for_clean_up(run_id, 3 * plan.request.stop_grace + 40)
+    if left:
+        module.fail_json(msg=f"refusing to restart run {run_id}: what was left of it is still being ended on "
+                             f"{plan.head} ({runs_listed([{'node': plan.head, **run} for run in group_runs(left)])}). "
+                             f"Restart once it has ended, or end it first with {STOP_HINT}", **result)
     others = other_runs(module, plan)
     if others:
         module.fail_json(msg=f"refusing to restart run {run_id}: another torchfleet run is alive {runs_listed(others)}. "

@@ -1,9 +1,14 @@
 """_launch_restart.py: which runs a restart by hand takes, and why it refuses the others (pure
-logic)."""
+logic), and its wait for what is left of the run (real processes)."""
+
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_restart import restart_refusal
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_restart import restart_refusal, wait_for_clean_up
 
 
 @pytest.mark.parametrize("record, plan, said", [
@@ -20,3 +25,25 @@ def test_which_runs_a_restart_by_hand_takes(record, plan, said, supervisor_plan)
     plan = plan if plan is None or isinstance(plan, str) else supervisor_plan(**plan)
     found = restart_refusal(record, plan, "r1", "/r/r1")
     assert (found is None) if said is None else (said in found), found
+
+
+def test_a_restart_waits_for_what_is_left_of_the_run_to_end():
+    # A dead supervisor's guardian still ending the run (a process with its run id), then gone.
+    sweeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"],
+                                env={**os.environ, "TORCHFLEET_RUN_ID": "tf-restart-wait"})
+    try:
+        time.sleep(0.3)
+        began = time.monotonic()
+        assert wait_for_clean_up("tf-restart-wait", 30) == []
+        assert time.monotonic() - began >= 0.5  # it waited for it, not refused at once
+    finally:
+        sweeping.kill()
+        sweeping.wait()
+    lasting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                               env={**os.environ, "TORCHFLEET_RUN_ID": "tf-restart-left"})
+    try:
+        time.sleep(0.3)
+        assert [proc["pid"] for proc in wait_for_clean_up("tf-restart-left", 0.5)] == [lasting.pid]
+    finally:
+        lasting.kill()
+        lasting.wait()
