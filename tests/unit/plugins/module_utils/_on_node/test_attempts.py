@@ -147,6 +147,9 @@ def test_a_restart_announces_the_run_on_its_nodes_and_yields_to_another_accounts
     where.mkdir()
     where.chmod(0o1777)
     monkeypatch.setattr(board, "BOARD", str(where))
+    # Not this machine's processes of runs (other tests start some): the board alone decides here.
+    monkeypatch.setattr(attempts, "find_run_processes", lambda *args: [])
+    monkeypatch.setattr(attempts, "end_run", lambda *args, **kwargs: ([], []))
     run = SimpleNamespace(plan=supervisor_plan(check_nodes=False), keeper=SimpleNamespace(record={"started": "t0"}))
     node = SimpleNamespace(**run.plan.request.nodes[0])
     ready, busy = attempts.ready_nodes(run, [node])
