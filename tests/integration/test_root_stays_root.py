@@ -1,11 +1,14 @@
 """Root stays root's (docs/security.md): the training account, with a shell on every node, plants
-links where setup writes as root, and rewrites a run's plan that root's follower reads; neither
-turns torchfleet's privileges against the cluster. On the session's shared cluster; every file
-moved aside is put back, so the nodes are left as setup left them."""
+links where setup writes as root, and rewrites a run's plan that root's follower reads; another
+account forges a board entry ten years ahead, and plants a record in a shared log_dir naming a
+directory of the training account's. None of them turns torchfleet's privileges, or another
+account's, against the cluster. On the session's shared cluster; every file moved aside is put
+back, so the nodes are left as setup left them."""
 
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -112,3 +115,48 @@ def test_root_following_a_run_whose_plan_a_rank_rewrote_runs_nothing_of_the_acco
     finally:
         as_account(head, f"rm -rf {HOME}/marker {HOME}/evil {run_dir}")
         as_root(head, "rm -f /tmp/tf-marker.*")
+
+
+def test_a_board_entry_dated_ten_years_ahead_counts_only_for_its_grace(cluster):
+    # Another account (nobody) writes an entry on every node and dates it ten years ahead: it has
+    # no process behind it, so it counts only for the grace after it was written (its ctime).
+    forged = "tf-forged-entry"
+    entry = json.dumps({"run_id": forged, "head": NODES[0], "nodes": NODES, "world_size": 3, "started": "2036-01-01"})
+    path = f"/var/lib/torchfleet/board/65534.{forged}.json"
+    for node in NODES:
+        run(["docker", "exec", "-i", "-u", "nobody", node, "sh", "-c", f"cat > {path} && touch -d '+10 years' {path}"],
+            input=entry, timeout=60, check=True)
+    try:
+        refused = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--", *SHORT)
+        said = " ".join(refused.stderr.split())
+        assert refused.returncode != 0 and f"run {forged} of account nobody (starting," in said, said[-3000:]
+        # The board's own reading on the node, a grace later: the entry no longer counts, whatever
+        # its mtime says.
+        check = ("import sys, time; sys.path.insert(0, '/tmp'); import board; "
+                 "print([e['run_id'] for e in board.read_entries(now=time.time() + board.STARTING_FOR + 1)])")
+        source = (REPO / "plugins" / "module_utils" / "_on_node" / "board.py").read_text()
+        run(["docker", "exec", "-i", NODES[0], "sh", "-c", "cat > /tmp/board.py"], input=source, timeout=60, check=True)
+        later = as_account(NODES[0], f"python3 -c \"{check}\"").stdout.strip()
+        assert later == "[]", later
+        assert int(as_root(NODES[0], f"stat -c %Y {path}")) > time.time() + 9 * 365 * 86400  # its mtime: ahead still
+    finally:
+        for node in NODES:
+            as_root(node, f"rm -f {path} /tmp/board.py")
+
+
+def test_a_record_planted_in_a_shared_log_dir_prunes_nothing_it_names(cluster):
+    # Another account's record, in a log_dir every account writes, names a directory of the
+    # training account's: the account's prune leaves it.
+    shared, precious = "/tmp/tf-shared-logs", f"{HOME}/precious"
+    as_root(NODES[0], f"install -d -m 1777 {shared}")
+    as_account(NODES[0], f"mkdir -p {precious}/checkpoints")
+    record = json.dumps({"run_id": "precious", "state": "failed", "started_at": 1, "log_dir": precious})
+    run(["docker", "exec", "-i", "-u", "nobody", NODES[0], "sh", "-c",
+         f"mkdir -p {shared}/precious && cat > {shared}/precious/state.json"], input=record, timeout=60, check=True)
+    try:
+        pruned = torchfleet(cluster, "runs", "--prune", "--keep", "0", "-e", f"log_dir={shared}")
+        assert pruned.returncode == 0, pruned.stderr[-2000:]
+        assert as_root(NODES[0], f"test -d {precious}/checkpoints && test -d {shared}/precious && echo kept").strip() \
+            == "kept"
+    finally:
+        as_root(NODES[0], f"rm -rf {shared} {precious}")

@@ -17,7 +17,7 @@ from ready_cluster import NAME, NODES, training_result
 from test_faults import (LAUNCH_TIMEOUT, RUNS, SHORT_TOLERANCE, STARTED_WITHIN, Background, checkpointed,
                          docker, head_record, pause_node, wait_until)
 from test_faults import restored  # noqa: F401 pylint: disable=unused-import
-from test_run_lifecycle import runs_json
+from test_run_lifecycle import runs_json, torchfleet
 from torchfleet import devcluster
 
 pytestmark = pytest.mark.cluster
@@ -62,6 +62,11 @@ def test_a_spare_takes_a_killed_nodes_place_and_the_world_keeps_its_size(cluster
     assert (listed["joined"], listed["left"]) == ([NODES[2]], [NODES[1]]), listed
     result = training_result(docker("exec", NODES[0], "cat", f"{RUNS}/{run_id}/launcher.log").stdout + output)
     assert result["world_size"] == 2 and result["resumed_from_epoch"] >= 1, result
+    # The spare is the run's as every other node: its ranks' output is followed from its own files.
+    every = torchfleet(cluster, "logs", run_id, "--all-ranks")
+    assert every.returncode == 0, every.stderr[-2000:]
+    assert f"[rank 1 {NODES[2]}] TORCHFLEET_RANK rank=1 " in every.stdout, every.stdout[-3000:]
+    assert "could not be read" not in every.stdout, every.stdout[-3000:]
 
 
 def test_a_node_lost_to_a_pause_is_taken_back_at_the_next_checkpoint_redoing_nothing(cluster):

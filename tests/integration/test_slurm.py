@@ -119,6 +119,21 @@ def test_a_failing_rank_under_slurm_is_named_with_its_node_and_code(cluster):
     assert (record["state"], record["failed_rank"], record["failed_host"]) == ("failed", 2, NODES[2])
 
 
+def test_a_job_past_its_time_limit_is_timed_out_as_slurm_says_and_wait_exits_124(cluster):
+    # Slurm ends the job at its one-minute limit (JobState=TIMEOUT, whatever its ExitCode says).
+    launched = torchfleet(cluster, "launch", "--scheduler", "slurm", "--detach", TICKER, "-e", "nproc_per_node=1",
+                          "-e", "slurm_time_limit=1", "--", *ENDLESS)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    run_id = launched.stdout.split()[1]
+    waited = torchfleet(cluster, "wait", run_id)
+    said = " ".join(waited.stderr.split())
+    assert waited.returncode == 124, (waited.stdout[-1000:], said[-2000:])
+    assert re.search(r"Slurm ended job \d+: TIMEOUT( \(\w+\))?: it reached its time limit", said), said
+    assert "without naming a failed rank" not in said, said
+    record = runs_json(cluster)[run_id]
+    assert (record["state"], record["rc"]) == ("timed_out", 124), record
+
+
 def test_fsdp_under_slurm_saves_a_sharded_checkpoint_and_resumes_on_fewer_ranks(cluster):
     """examples/train_fsdp.py as a Slurm job: six FSDP ranks save a sharded checkpoint on the
     nodes' shared storage, and a second job of three ranks resumes from it."""
