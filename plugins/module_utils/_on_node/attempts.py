@@ -254,6 +254,8 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
         run.plan, world_size=rendered.world_size, nodes=order, paths={**run.plan.paths, "workers": workers or ""},
         **changes)
     run.nodes = [SimpleNamespace(**node) for node in order]
+    for name in rendered.nodes:  # in the attempt now: no longer a node "not taken back"
+        run.not_taken_back.pop(name, None)
     run.launcher_env = rendered.env
     run.port = port
     # A lost node replaced by a spare or a node back, or nodes added: named in the record.
@@ -286,7 +288,10 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
     check is named in `run.not_taken_back`, and checked again later."""
     plan = run.plan
     pending = {node["name"]: SimpleNamespace(**node) for node in plan.request.nodes if node["name"] in names}
-    short = len(run.nodes) < attempt_size(plan) and bool(plan.request.max_restarts) and plan.request.scheduler != "slurm"
+    shrunk = len(run.nodes) < attempt_size(plan) and bool(plan.request.max_restarts) and plan.request.scheduler != "slurm"
+    # The checkpoint that a growth waits for is read in torchrun's files of rank 0: a run without
+    # them (rank mode) does not grow, and says so once a node is back.
+    short = shrunk and bool(plan.worker_files)
     answering, failed = {}, {}  # {name: since when it answers (monotonic)}, {name: when a check failed}
     announced = time.monotonic()  # the attempt's nodes were announced as it began
     while pending and not over.wait(WAIT_EVERY):
@@ -302,6 +307,7 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
                    for name, node in pending.items()}
         for name in [name for name, ok in knocked.items() if not ok]:
             answering.pop(name, None)
+            run.not_taken_back.pop(name, None)  # said of a node back: it is not back now
         back = [pending[name] for name, ok in knocked.items() if ok and name not in answering]
         # Each act checks first that its attempt still runs: the next may use these nodes already.
         if back and not over.is_set():
@@ -311,7 +317,9 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
                 if node.name not in silent:  # it runs a command: not only its kernel answering the knock
                     answering[node.name] = time.monotonic()
                     _say(plan, f"{node.name} answers again at {now_iso()}; what it still ran of run "
-                               f"{plan.run_id} was ended ({len(done['stopped'].get(node.name, []))} process(es))")
+                               f"{plan.run_id} was ended ({len(done['stopped'].get(node.name, []))} process(es))"
+                               + ("; the run does not grow to it in rank mode (no torchrun files to see its "
+                                  "checkpoint in): it is taken back at the next restart" if shrunk and not short else ""))
         if not short:  # the world is whole: a node back is a spare again
             pending = {name: node for name, node in pending.items() if name not in answering}
             continue

@@ -3,6 +3,7 @@ checks, and the script's word that its checkpoint is complete (pure logic, and r
 
 import json
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -163,3 +164,21 @@ def test_a_restart_announces_the_run_on_its_nodes_and_yields_to_another_accounts
     ready, busy = attempts.ready_nodes(run, [node])
     assert ready == [] and busy == {"n0": ["tf-bobs of nobody"]}
     assert [entry["run_id"] for entry in board.read_entries(str(where))] == ["tf-bobs"]  # its own withdrawn
+
+
+def test_a_node_not_taken_back_that_is_gone_again_is_no_longer_said_to_be_back(supervisor_plan, monkeypatch):
+    monkeypatch.setattr(attempts, "WAIT_EVERY", 0.01)
+    monkeypatch.setattr(attempts, "node_answers", lambda *args, **kwargs: False)
+    monkeypatch.setattr(attempts, "ssh_port", lambda *args: 22)
+    nodes = [{"name": "n0", "address": "10.0.0.1", "slots": 1, "interface": "eth0"},
+             {"name": "n1", "address": "10.0.0.2", "slots": 1, "interface": "eth0"}]
+    plan = supervisor_plan(nodes=nodes, max_restarts=1, check_nodes=False)
+    run = SimpleNamespace(plan=plan, nodes=[SimpleNamespace(**nodes[0])], not_taken_back={"n1": "its environment differs"},
+                          back=[], grow=threading.Event())
+    over = threading.Event()
+    watch = threading.Thread(target=attempts.watch_left_out, args=(run, ["n1"], over))
+    watch.start()
+    time.sleep(0.2)
+    over.set()
+    watch.join(5)
+    assert run.not_taken_back == {} and not run.grow.is_set()
