@@ -287,6 +287,7 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
     the run grows to it at the script's next checkpoint (Run.wait_for_end). One that fails a
     check is named in `run.not_taken_back`, and checked again later."""
     plan = run.plan
+    back_now, grow = run.back, run.grow  # this attempt's own: the next one gets new ones
     pending = {node["name"]: SimpleNamespace(**node) for node in plan.request.nodes if node["name"] in names}
     shrunk = len(run.nodes) < attempt_size(plan) and bool(plan.request.max_restarts) and plan.request.scheduler != "slurm"
     # The checkpoint that a growth waits for is read in torchrun's files of rank 0: a run without
@@ -342,9 +343,9 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
                 _say(plan, f"{node.name} is back but is not taken back into run {plan.run_id}: {problem}")
                 continue
             run.not_taken_back.pop(node.name, None)
-            run.back.append(node.name)
+            back_now.append(node.name)
             del pending[node.name]
-            run.grow.set()
+            grow.set()
             _say(plan, f"{node.name} is back and passes the launch's checks at {now_iso()}: run {plan.run_id} "
                        f"grows to it at its next checkpoint ({CHECKPOINT_MARK.decode()} on rank 0's stdout)")
 

@@ -222,8 +222,10 @@ class Run:
                                   **({"left": self.left} if self.left else {})})
         left_out = [node["name"] for node in plan.request.nodes
                     if node["name"] not in {node.name for node in self.nodes}]
+        watcher = None
         if left_out and plan.request.check_nodes and plan.ssh:  # nodes lost earlier, spares
-            threading.Thread(target=attempts.watch_left_out, args=(self, left_out, self.over), daemon=True).start()
+            watcher = threading.Thread(target=attempts.watch_left_out, args=(self, left_out, self.over), daemon=True)
+            watcher.start()
         changes = {"attempts": self.attempts or None, "restarts": attempt}
         if slurm_job:
             self.keeper.update(required=True, **changes)
@@ -231,6 +233,8 @@ class Run:
             self.keeper.launched(launcher_pid=proc.pid, msg=f"run {plan.run_id} is running", **changes)
         # launch_timeout and the duration are the whole run's, every attempt in it.
         end = self.wait_for_end(proc, begun)
+        if watcher is not None:  # its hands off the next attempt: it stops before that one starts
+            watcher.join(timeout=PROBE_TIMEOUT + plan.request.stop_grace + 30)
         return self.conclude(proc, end, begun)
 
     def wait_for_end(self, proc, begun: float) -> SimpleNamespace:
