@@ -90,12 +90,13 @@ def other_runs(module, plan: SupervisorPlan) -> list[dict]:
 
 
 def wait_for_clean_up(run_id: str, seconds: float) -> list[dict]:
-    """What is left of the run on the head (a dead supervisor's guardian still ending it), waited
-    for up to `seconds`; what is still alive then. A restart that began beside it would be ended
-    by it (its sweep ends every process of the run id)."""
+    """A dead supervisor's guardian still ending the run on the head (the process that carries
+    the supervisor's mark), waited for up to `seconds`; what of it is still alive then. A restart
+    that began beside it would be ended by it (its sweep ends every process of the run id). The
+    run's other leftovers are the new supervisor's to end (its fence), as after any failure."""
     deadline = time.monotonic() + seconds
     while True:
-        left = find_run_processes({run_id})
+        left = [proc for proc in find_run_processes({run_id}) if proc["supervisor"]]
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.5)
@@ -142,9 +143,10 @@ def run_restarted(module) -> None:
     # As long as a guardian's clean-up may take: the launcher's grace, the head's, the nodes'.
     left = [] if module.check_mode else wait_for_clean_up(run_id, 3 * plan.request.stop_grace + 40)
     if left:
-        module.fail_json(msg=f"refusing to restart run {run_id}: what was left of it is still being ended on "
-                             f"{plan.head} ({runs_listed([{'node': plan.head, **run} for run in group_runs(left)])}). "
-                             f"Restart once it has ended, or end it first with {STOP_HINT}", **result)
+        pids = ", ".join(str(proc["pid"]) for proc in left)
+        module.fail_json(msg=f"refusing to restart run {run_id}: its guardian (pid {pids} on {plan.head}) is still "
+                             f"ending what was left of it. Restart once it has ended, or end it first with "
+                             f"{STOP_HINT}", **result)
     others = other_runs(module, plan)
     if others:
         module.fail_json(msg=f"refusing to restart run {run_id}: another torchfleet run is alive {runs_listed(others)}. "

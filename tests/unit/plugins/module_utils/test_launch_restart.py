@@ -30,6 +30,9 @@ def test_which_runs_a_restart_by_hand_takes(record, plan, said, supervisor_plan)
 def test_a_restart_waits_for_what_is_left_of_the_run_to_end():
     # A dead supervisor's guardian still ending the run (a process with its run id), then gone.
     sweeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"],
+                                env={**os.environ, "TORCHFLEET_RUN_ID": "tf-restart-wait",
+                                     "TORCHFLEET_SUPERVISOR": "tf-restart-wait"})
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],  # a rank: not waited for
                                 env={**os.environ, "TORCHFLEET_RUN_ID": "tf-restart-wait"})
     try:
         time.sleep(0.3)
@@ -37,10 +40,12 @@ def test_a_restart_waits_for_what_is_left_of_the_run_to_end():
         assert wait_for_clean_up("tf-restart-wait", 30) == []
         assert time.monotonic() - began >= 0.5  # it waited for it, not refused at once
     finally:
-        sweeping.kill()
-        sweeping.wait()
+        for proc in (sweeping, leftover):
+            proc.kill()
+            proc.wait()
     lasting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                               env={**os.environ, "TORCHFLEET_RUN_ID": "tf-restart-left"})
+                               env={**os.environ, "TORCHFLEET_RUN_ID": "tf-restart-left",
+                                    "TORCHFLEET_SUPERVISOR": "tf-restart-left"})
     try:
         time.sleep(0.3)
         assert [proc["pid"] for proc in wait_for_clean_up("tf-restart-left", 0.5)] == [lasting.pid]
