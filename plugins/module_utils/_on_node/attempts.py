@@ -154,7 +154,7 @@ def board_request(run) -> dict:
     plan = run.plan
     share = bool(getattr(plan.request, "share_nodes", False)) or plan.request.scheduler == "slurm"
     entry = {"run_id": plan.run_id, "head": plan.head, "nodes": [node["name"] for node in plan.request.nodes],
-             "world_size": plan.world_size, "started": run.keeper.record.get("started") or now_iso()}
+             "world_size": plan.world_size, "started": getattr(run.keeper.record, "started", None) or now_iso()}
     return {"entry": entry, "share": share}
 
 

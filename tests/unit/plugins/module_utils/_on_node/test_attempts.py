@@ -8,6 +8,7 @@ import time
 from types import SimpleNamespace
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import attempts, board
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import RunRecord
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.node_checks import rejoin_problem, rejoin_request
 
 NAMES = ["n0", "n1", "n2", "n3"]
@@ -151,7 +152,7 @@ def test_a_restart_announces_the_run_on_its_nodes_and_yields_to_another_accounts
     # Not this machine's processes of runs (other tests start some): the board alone decides here.
     monkeypatch.setattr(attempts, "find_run_processes", lambda *args: [])
     monkeypatch.setattr(attempts, "end_run", lambda *args, **kwargs: ([], []))
-    run = SimpleNamespace(plan=supervisor_plan(check_nodes=False), keeper=SimpleNamespace(record={"started": "t0"}))
+    run = SimpleNamespace(plan=supervisor_plan(check_nodes=False), keeper=SimpleNamespace(record=RunRecord(started="t0")))
     node = SimpleNamespace(**run.plan.request.nodes[0])
     ready, busy = attempts.ready_nodes(run, [node])
     assert [n.name for n in ready] == ["n0"] and busy == {}
