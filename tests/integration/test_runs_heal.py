@@ -66,7 +66,7 @@ def test_a_spare_takes_a_killed_nodes_place_and_the_world_keeps_its_size(cluster
     every = torchfleet(cluster, "logs", run_id, "--all-ranks")
     assert every.returncode == 0, every.stderr[-2000:]
     assert f"[rank 1 {NODES[2]}] TORCHFLEET_RANK rank=1 " in every.stdout, every.stdout[-3000:]
-    assert "could not be read" not in every.stdout, every.stdout[-3000:]
+    assert f"[{NODES[2]}] torchfleet: its worker logs could not be read" not in every.stdout, every.stdout[-3000:]
 
 
 def test_a_node_lost_to_a_pause_is_taken_back_at_the_next_checkpoint_redoing_nothing(cluster):

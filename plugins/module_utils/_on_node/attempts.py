@@ -95,8 +95,6 @@ def restart_cause(state: str, result: dict, late, survivors, final_exit_codes, n
     started, processes that survive SIGKILL)."""
     if state != "failed" or late or survivors:
         return None
-    if result.get("slurm_cause"):  # a node failed, a boot failed, a preemption: Slurm said so
-        return result["slurm_cause"]
     if node_causes:
         return "; ".join(node_causes)
     if result.get("lost_nodes"):

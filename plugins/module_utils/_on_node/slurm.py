@@ -178,7 +178,7 @@ def verdict(info: dict, job_id: str = "?") -> dict | None:
     nodes = info.get("NodeList")
     said = (f"Slurm ended job {job_id}: {job_state}{f' ({reason})' if reason and reason != 'None' else ''}: "
             f"{words}{f' (nodes {nodes})' if nodes and nodes != '(null)' else ''}")
-    return {"state": state, "rc": rc, "restart": restart, "msg": said, "slurm_state": job_state}
+    return {"state": state, "rc": rc, "restart": restart, "msg": said}
 
 
 # The comment every job of a launch carries (--comment), so that `stop` finds torchfleet's jobs

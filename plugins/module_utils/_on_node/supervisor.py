@@ -319,7 +319,7 @@ class Run:
         plan, paths, run_id, grace = self.plan, self.plan.paths, self.plan.run_id, self.plan.request.stop_grace
         slurm_job, rc, ending = plan.request.scheduler == "slurm", end.rc, end.ending
         interrupted = end.timed_out or end.late or ending or end.stopped or end.grow
-        survivors, warnings = end.survivors, end.warnings
+        survivors, warnings, slurm_cause = end.survivors, end.warnings, None
         if not interrupted:
             # The launcher is gone; nothing of the run should be left on the head.
             leftovers, survivors = end_run(run_id, grace, spare_guardian=True)
@@ -364,9 +364,8 @@ class Run:
             # Slurm's word, whatever ExitCode says (it says 0:0 for some of these).
             said = slurm.verdict(proc.info, proc.job_id)
             state, rc = said["state"], said["rc"]
-            result.update(rc=rc, slurm_state=said["slurm_state"], timed_out=state == "timed_out")
-            if said["restart"]:
-                result["slurm_cause"] = said["msg"]
+            result.update(rc=rc, timed_out=state == "timed_out")
+            slurm_cause = said["msg"] if said["restart"] else None  # a node failed, a preemption: a restart helps
             msg = f"run {run_id}: {said['msg']}; logs under {paths['run']}{left}"
         elif rc != 0:
             state = "failed"
@@ -392,6 +391,8 @@ class Run:
                     f"the head; check them (uninterruptible I/O?)")
         if end.grow:
             return state, msg, result, f"{', '.join(end.grow)} back (grown at a checkpoint)"
+        if slurm_cause:
+            return state, msg, result, slurm_cause
         return state, msg, result, attempts.restart_cause(state, result, end.late, survivors, plan.request.final_exit_codes,
                                                           causes)
 
