@@ -254,13 +254,19 @@ class Liveness:
                       for node in nodes}
 
     def verdicts(self) -> dict:
-        """{name: Verdict} of every watched node, now. After a pause of the supervisor itself (the
-        head under memory pressure, a SIGSTOP), the beats that waited in its pipes are read first:
-        a node is never judged by the supervisor's own silence."""
+        """{name: Verdict} of every watched node, now. A node found lost right after a pause of the
+        supervisor itself (the head under memory pressure, a SIGSTOP) is judged again once the
+        beats that waited in its pipes are read: never by the supervisor's own silence. Only then
+        does it wait; every other look costs nothing more."""
         now = time.monotonic()
-        if self.looked is not None and now - self.looked > PAUSED_AFTER:
+        paused = self.looked is not None and now - self.looked > PAUSED_AFTER
+        found = self._judged(now)
+        if paused and any(verdict.state is NodeState.LOST for verdict in found.values()):
             time.sleep(DRAIN)
-            now = time.monotonic()
+            found = self._judged(time.monotonic())
+        return found
+
+    def _judged(self, now: float) -> dict:
         self.looked, found = now, {}
         for name, beat in self.beats.items():
             state, since = judge(beat.beat, now, self.tolerance, beat.dead, beat.watched)
