@@ -56,16 +56,16 @@ def prune_here(log_dir: str, run_ids, check_mode: bool = False, run_dirs=None,
         if os.path.basename(os.path.normpath(path)) != run_id:
             kept[run_id] = f"its directory {path} is not named for the run: left alone"
             continue
-        try:
-            found = os.lstat(path)
-        except OSError:
-            found = None
-        if found is None or not stat.S_ISDIR(found.st_mode) and not os.path.exists(path):
+        if not os.path.exists(path):  # gone already (a dangling link too): only its index entry
             if index and not check_mode:
                 unindex_run(index, run_id)
             continue
         # Never through a link, never another account's (a record in a log_dir every account
         # writes may name any directory: docs/security.md).
+        try:
+            found = os.lstat(path)
+        except FileNotFoundError:  # another node's prune of a shared log_dir got there first
+            continue
         if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
             kept[run_id] = f"{path} is not a directory of this account's: left alone"
             continue
