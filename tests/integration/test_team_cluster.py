@@ -99,10 +99,7 @@ def test_another_accounts_launch_is_refused_naming_the_run_and_status_shows_it(c
         if shared is not None and shared.returncode == 0:
             torchfleet(bob, cluster, "stop", "-e", f"cluster_user_name={BOB}", "--all")
         torchfleet(cluster.env, cluster, "stop", "--all")
-    deadline = time.monotonic() + 30
-    while (_alive_of("torchfleet") or _alive_of(BOB)) and time.monotonic() < deadline:
-        time.sleep(1)
-    assert not _alive_of("torchfleet") and not _alive_of(BOB)
+    _nothing_left_of_either()
 
 
 def test_two_accounts_launching_at_the_same_instant_start_one_run_and_the_other_names_it(cluster, bob):
@@ -131,6 +128,11 @@ def test_two_accounts_launching_at_the_same_instant_start_one_run_and_the_other_
     finally:
         torchfleet(bob, cluster, "stop", "-e", f"cluster_user_name={BOB}", "--all")
         torchfleet(cluster.env, cluster, "stop", "--all")
+    _nothing_left_of_either()
+
+
+def _nothing_left_of_either():
+    """Within 30 s of the stops, no process of either account's runs on any node."""
     deadline = time.monotonic() + 30
     while (_alive_of("torchfleet") or _alive_of(BOB)) and time.monotonic() < deadline:
         time.sleep(1)
