@@ -51,6 +51,8 @@ def slurm_job(module, plan, run_dir, paths):
         writer=batch_script.MODULE_WRITER, **options)
     script_path = os.path.join(run_dir, "job.sbatch")
     # Named after the run, with torchfleet's comment: `stop` finds it whatever its supervisor's state.
+    # --no-requeue: restarts are the supervisor's (max_restarts, the nodes that answer); a job Slurm
+    # requeued after a node failure would run again behind it, on the failed node's allocation.
     argv = [sbatch, "--parsable", f"--output={paths['launcher']}", f"--chdir={p['chdir'] or run_dir}",
-            f"--comment={slurm.JOB_COMMENT}", script_path]
+            f"--comment={slurm.JOB_COMMENT}", "--no-requeue", script_path]
     return argv, script, script_path, dict(options, slots=slots)

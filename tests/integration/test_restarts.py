@@ -8,6 +8,7 @@ each test.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -20,9 +21,10 @@ from test_faults import restored  # noqa: F401 pylint: disable=unused-import
 from test_run_lifecycle import Attached, runs_json, torchfleet, torchfleet_argv
 
 
-def kill_a_node_mid_run(cluster, run_id, *extra):
-    """A checkpointing run allowed one restart on two nodes, NODES[2] killed after its first
-    checkpoint: (rc, output, seconds from the kill to the restart, the record before the kill)."""
+def kill_a_node_mid_run(cluster, run_id, *extra, fault=("docker", "kill", NODES[2])):
+    """A checkpointing run allowed one restart on two nodes, NODES[2] killed (or `fault` run)
+    after its first checkpoint: (rc, output, seconds from the kill to the restart, the record
+    before the kill)."""
     launch = Background(cluster.popen_playbook(
         "launch.yml", "-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
         "-e", "max_restarts=1", "-e", "min_nodes=2", "-e", f"launch_timeout={LAUNCH_TIMEOUT * 4}",
@@ -30,7 +32,7 @@ def kill_a_node_mid_run(cluster, run_id, *extra):
     try:
         wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint", launch)
         before = head_record(run_id)
-        assert docker("kill", NODES[2]).returncode == 0
+        assert subprocess.run(fault, capture_output=True, check=False).returncode == 0
         killed = time.monotonic()
         wait_until(lambda: head_record(run_id).get("restarts") == 1, 120, "the restart", launch)
         restarted = time.monotonic() - killed
@@ -83,6 +85,35 @@ def test_a_node_killed_under_slurm_with_a_restart_allowed_resumes_in_a_new_job_w
     wait_until(lambda: not docker("exec", NODES[0], "squeue", "-h").stdout.strip(), 120, "an empty queue")
 
 
+def test_a_node_slurm_fails_mid_run_is_left_out_of_the_restarts_job_and_named(cluster):
+    # Issue 51: node2's slurmd dies and Slurm downs the node while it still answers ssh; Slurm ends
+    # the job NODE_FAIL (not requeued: the restarts are torchfleet's) and gives node2 no new job
+    # (ReturnToService=2 would take it back only when its slurmd registers), so the restart's job
+    # leaves it out and the cause says Slurm's word and the node.
+    run_id = f"tf-slfail-{uuid.uuid4().hex[:8]}"
+    fail = (f"docker exec {NODES[2]} pkill -x slurmd && "
+            f"docker exec {NODES[0]} scontrol update nodename=node2 state=down reason=tf-test")
+    try:
+        rc, output, restarted, _before = kill_a_node_mid_run(cluster, run_id, "-e", "scheduler=slurm",
+                                                             fault=("sh", "-c", fail))
+        print(f"node2 failed in Slurm: restarted {restarted:.1f} s later")
+        assert rc == 0, output[-3000:]
+        final = head_record(run_id)
+        assert (final["state"], final["restarts"], final["world_size"]) == ("succeeded", 1, 2), final["attempts"]
+        first, second = final["attempts"]
+        assert re.search(r"^Slurm ended job \d+: NODE_FAIL.*: a node of its allocation failed .*node2 is DOWN\S* "
+                         r"\(tf-test\)", first["cause"]), first["cause"]
+        assert second["nodes"] == NODES[:2] and second["job_nodes"] == ["node0", "node1"], second
+        job = docker("exec", NODES[0], "scontrol", "show", "job", "-o", second["job_id"]).stdout
+        assert "ExcNodeList=node2 " in job and "Requeue=0 " in job, job
+        for node in NODES:
+            assert left_on(node) == [], node
+    finally:
+        docker("exec", "-d", NODES[2], "/usr/sbin/slurmd")
+        docker("exec", NODES[0], "scontrol", "update", "nodename=node2", "state=resume")
+    wait_until(lambda: not docker("exec", NODES[0], "squeue", "-h").stdout.strip(), 120, "an empty queue")
+
+
 def test_ctrl_c_while_a_restart_waits_stops_the_run_and_restart_by_hand_resumes_it(cluster):
     # Every node required (min_nodes: all): with one killed, the restart waits for it; Ctrl-C of
     # the attached `torchfleet launch` then stops the run and no attempt follows. With the node
@@ -113,6 +144,27 @@ def test_ctrl_c_while_a_restart_waits_stops_the_run_and_restart_by_hand_resumes_
     assert (final["state"], final["restarts"], final["world_size"]) == ("succeeded", 1, 3), final["msg"]
     assert [attempt["attempt"] for attempt in final["attempts"]] == [0, 1]
     assert f"{NODES[2]} died at " in final["attempts"][0]["cause"]
+    result = training_result(restarted.stdout)
+    assert result["world_size"] == 3 and result["resumed_from_epoch"] >= 1, result
+    for node in NODES:
+        assert left_on(node) == [], node
+
+
+def test_a_supervisor_sigkilled_then_restarted_at_once_resumes_from_its_checkpoint(cluster):
+    # Issue 51: the restart by hand, typed the moment the supervisor died, waits for the old
+    # guardian's clean-up (which ends every process of the run id) instead of being ended by it.
+    run_id = f"tf-svkill-{uuid.uuid4().hex[:8]}"
+    detached = torchfleet(cluster, "launch", "examples/train.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
+                          "--detach", "--", *checkpointing_run(run_id))
+    assert detached.returncode == 0, detached.stderr[-3000:]
+    wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint")
+    killed = docker("exec", NODES[0], "pkill", "-KILL", "-u", "torchfleet", "-f", f"_on_node.supervisor {RUNS}/{run_id}")
+    assert killed.returncode == 0, killed.stderr
+    restarted = torchfleet(cluster, "restart", run_id, timeout=600)
+    assert restarted.returncode == 0, (restarted.stdout[-3000:], restarted.stderr[-3000:])
+    final = head_record(run_id)
+    assert (final["state"], final["restarts"], final["world_size"]) == ("succeeded", 1, 3), final["msg"]
+    assert final["attempts"][0]["cause"].startswith(f"the supervisor of run {run_id} died at "), final["attempts"]
     result = training_result(restarted.stdout)
     assert result["world_size"] == 3 and result["resumed_from_epoch"] >= 1, result
     for node in NODES:

@@ -9,13 +9,14 @@ every node back running, reachable, with no run left.
 
 import json
 import re
+import time
 import uuid
 
 import pytest
 
 from ready_cluster import NAME, NODES, training_result
 from test_faults import (LAUNCH_TIMEOUT, RUNS, SHORT_TOLERANCE, STARTED_WITHIN, Background, checkpointed,
-                         docker, head_record, pause_node, wait_until)
+                         docker, head_record, left_on, pause_node, wait_until)
 from test_faults import restored  # noqa: F401 pylint: disable=unused-import
 from test_run_lifecycle import runs_json, torchfleet
 from torchfleet import devcluster
@@ -67,6 +68,29 @@ def test_a_spare_takes_a_killed_nodes_place_and_the_world_keeps_its_size(cluster
     assert every.returncode == 0, every.stderr[-2000:]
     assert f"[rank 1 {NODES[2]}] TORCHFLEET_RANK rank=1 " in every.stdout, every.stdout[-3000:]
     assert f"[{NODES[2]}] torchfleet: its worker logs could not be read" not in every.stdout, every.stdout[-3000:]
+
+
+def test_a_supervisor_killed_with_its_spare_in_leaves_nothing_on_any_node(cluster):
+    # Issue 51: the spare is the run's as the first attempt's nodes are: the guardian ends the
+    # run there too when the supervisor dies.
+    run_id = f"tf-spkill-{uuid.uuid4().hex[:8]}"
+    launch = healing_run(cluster, run_id, 40, "-e", "max_restarts=1", "-e", "spare_nodes=1")
+    try:
+        wait_until(lambda: checkpointed(run_id), STARTED_WITHIN, "the first checkpoint", launch)
+        assert docker("kill", NODES[1]).returncode == 0
+        wait_until(lambda: head_record(run_id).get("restarts") == 1 and left_on(NODES[2]), 120,
+                   "the spare's ranks", launch)
+        killed = docker("exec", NODES[0], "pkill", "-KILL", "-u", "torchfleet", "-f",
+                        f"_on_node.supervisor {RUNS}/{run_id}")
+        assert killed.returncode == 0, killed.stderr
+        at = time.monotonic()
+        wait_until(lambda: not left_on(NODES[0]) and not left_on(NODES[2]), 60, "nothing of the run on any node")
+        print(f"supervisor SIGKILLed with the spare in: nothing of the run left {time.monotonic() - at:.1f} s later")
+        launch.wait(60)
+    finally:
+        launch.kill()
+    record = head_record(run_id)
+    assert record["state"] == "lost" and "its guardian ended the run" in record["msg"], record["msg"]
 
 
 def test_a_node_lost_to_a_pause_is_taken_back_at_the_next_checkpoint_redoing_nothing(cluster):

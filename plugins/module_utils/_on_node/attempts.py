@@ -23,6 +23,7 @@ from .record import RunRecord, SupervisorPlan, node_workers, reserve_space
 from .report import now_iso
 from .launch_plan import plan_of_run
 from .renderer import render
+from . import slurm
 from .slurm_job import next_job
 from .tail import DONE, WHOLE, Tail
 
@@ -210,17 +211,32 @@ def nodes_for_restart(run):
     busy: dict = {}
     while run.stop_requested() is None:
         ready, busy = ready_nodes(run, asked)
+        down = slurm_refuses(run, ready)
+        ready = [node for node in ready if node.name not in down]
         if len(ready) >= plan.fewest_nodes:
             return attempt_nodes([node.name for node in ready], [node.name for node in run.nodes], attempt_size(plan))
         if time.monotonic() >= deadline:
             missing = [node.name for node in every if node not in ready]
             held = "".join(f"; {name} runs {', '.join(ids)} (stop it first: torchfleet stop RUN_ID)"
                            for name, ids in busy.items())
+            held += "".join(f"; {name} is {state} in Slurm (scontrol update nodename={run.slurm_names[name]} "
+                            f"state=resume, once it is fixed)" for name, state in down.items())
             return (f"{len(ready)} node(s) answered, fewer than min_nodes ({plan.fewest_nodes}), within "
                     f"restart_wait ({plan.request.restart_wait} s); missing: {', '.join(missing)}{held}")
         asked = every
         time.sleep(WAIT_EVERY)
     return "stopped while waiting for the nodes of a restart"
+
+
+def slurm_refuses(run, nodes) -> dict:
+    """{name: Slurm's state} of those of `nodes` that Slurm gives no new job (down, drained): a
+    node Slurm failed answers ssh, but a job asking for it would pend for ever. Under Slurm only,
+    and only for nodes an allocation of the run named (their Slurm names are known)."""
+    if run.plan.request.scheduler != "slurm" or not any(node.name in run.slurm_names for node in nodes):
+        return {}
+    down = slurm.unusable_nodes()
+    return {node.name: down[run.slurm_names[node.name]] for node in nodes
+            if run.slurm_names.get(node.name) in down}
 
 
 def next_attempt(run, attempt: int, names: list, cause: str) -> None:

@@ -98,6 +98,28 @@ def partitions() -> dict:
     return found
 
 
+# A node's State flags (scontrol show node) under which Slurm gives it no new job.
+UNUSABLE = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "FUTURE", "INVAL"})
+
+
+def unusable_nodes() -> dict:
+    """{Slurm node name: "STATE (reason)"} of the nodes Slurm gives no new job (down, drained,
+    failing): a restart's job leaves them out, or it would pend for them. {} where Slurm cannot
+    be asked: the job itself then says what it waits for."""
+    try:
+        done = _scontrol("show", "node", "-o")
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found = {}
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        info = fields(line)
+        state = info.get("State", "")
+        if "NodeName" in info and UNUSABLE & set(state.split("+")):
+            reason = info.get("Reason")
+            found[info["NodeName"]] = state + (f" ({reason})" if reason and reason != "(null)" else "")
+    return found
+
+
 def check_partition(name: str | None, nodes: int, time_limit: str | None) -> str:
     """The partition a job of `nodes` nodes goes to (`name`, else the default); refuses one
     Slurm does not have, one that is not up, one with fewer nodes, a time above its limit."""
@@ -178,6 +200,10 @@ def verdict(info: dict, job_id: str = "?") -> dict | None:
     nodes = info.get("NodeList")
     said = (f"Slurm ended job {job_id}: {job_state}{f' ({reason})' if reason and reason != 'None' else ''}: "
             f"{words}{f' (nodes {nodes})' if nodes and nodes != '(null)' else ''}")
+    if restart:  # which of the job's nodes failed, as Slurm says now
+        down = unusable_nodes()
+        failed = [f"{name} is {down[name]}" for name in (hostnames(nodes) if down else []) if name in down]
+        said += f"; {', '.join(failed)}" if failed else ""
     return {"state": state, "rc": rc, "restart": restart, "msg": said}
 
 

@@ -63,7 +63,7 @@ def test_the_job_goes_to_the_default_partition_named_after_the_run():
     argv, script, path, options = job(_Module())
     assert path == "/runs/r1/job.sbatch"
     assert argv == ["/usr/bin/sbatch", "--parsable", "--output=/runs/r1/launcher.log", "--chdir=/runs/r1",
-                    "--comment=torchfleet", "/runs/r1/job.sbatch"]
+                    "--comment=torchfleet", "--no-requeue", "/runs/r1/job.sbatch"]
     assert options == {"gpus_per_node": None, "walltime": None, "queue": "debug", "account": None, "whole_nodes": True,
                        "extra_args": [], "slots": 4}
     assert "#SBATCH --partition=debug\n" in script and "#SBATCH --nodes=2\n" in script

@@ -183,3 +183,23 @@ def test_a_node_not_taken_back_that_is_gone_again_is_no_longer_said_to_be_back(s
     over.set()
     watch.join(5)
     assert run.not_taken_back == {} and not run.grow.is_set()
+
+
+def test_a_node_slurm_failed_is_left_out_of_the_restarts_job_and_named(supervisor_plan, monkeypatch):
+    # It answers ssh (scontrol update state=down leaves it running), but a job asking for it would
+    # pend for ever: under Slurm the restart takes the nodes Slurm still gives jobs to.
+    nodes = [{"name": f"tf-n{i}", "address": f"10.0.0.{i}", "slots": 1, "interface": "eth0"} for i in range(3)]
+    plan = supervisor_plan(nodes=nodes, max_restarts=1, check_nodes=False, scheduler="slurm", fewest_nodes=2,
+                           restart_wait=0)
+    run = SimpleNamespace(plan=plan, nodes=[SimpleNamespace(**node) for node in nodes], not_alive={},
+                          slurm_names={"tf-n0": "n0", "tf-n1": "n1", "tf-n2": "n2"}, stop_requested=lambda: None)
+    monkeypatch.setattr(attempts, "ready_nodes", lambda run, asked: (list(asked), {}))
+    monkeypatch.setattr(attempts.slurm, "unusable_nodes", lambda: {"n2": "DOWN (broken)", "x9": "DRAIN"})
+    assert attempts.nodes_for_restart(run) == ["tf-n0", "tf-n1"]
+    run.slurm_names.pop("tf-n1")  # never in an allocation: its Slurm name is not known, so it is asked for
+    monkeypatch.setattr(attempts.slurm, "unusable_nodes", lambda: {"n1": "DOWN", "n2": "DOWN (broken)"})
+    assert attempts.nodes_for_restart(run) == ["tf-n0", "tf-n1"]
+    run.slurm_names["tf-n1"] = "n1"
+    said = attempts.nodes_for_restart(run)
+    assert said.startswith("1 node(s) answered, fewer than min_nodes (2)") and \
+        "; tf-n1 is DOWN in Slurm (scontrol update nodename=n1 state=resume, once it is fixed); tf-n2 is DOWN (broken) in Slurm" in said, said

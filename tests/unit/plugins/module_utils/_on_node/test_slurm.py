@@ -51,6 +51,18 @@ def test_every_ended_state_is_the_records_whatever_the_exit_code(job_state, expe
     assert set(slurm.VERDICTS) | {"COMPLETED", "FAILED"} == slurm.ENDED
 
 
+def test_nodes_slurm_gives_no_job_are_named_with_their_state_and_reason(tmp_path, monkeypatch):
+    shown = ("NodeName=n0 Arch=x86_64 State=IDLE Reason=(null)\\n"
+             "NodeName=n1 State=DOWN+NOT_RESPONDING Reason=failed [root@2026-11-29T01:00:00]\\n"
+             "NodeName=n2 State=MIXED+DRAIN Reason=disk\\nNodeName=n3 State=ALLOCATED+COMPLETING\\n")
+    _fake(tmp_path, monkeypatch, scontrol=f'case "$2" in node) printf "{shown}";; hostnames) echo n0 n1 n2;; esac')
+    assert slurm.unusable_nodes() == {"n1": "DOWN+NOT_RESPONDING (failed)", "n2": "MIXED+DRAIN (disk)"}
+    said = slurm.verdict({"JobState": "NODE_FAIL", "Reason": "NodeDown", "NodeList": "n[0-2]"}, "7")
+    assert said["msg"].endswith("(nodes n[0-2]); n1 is DOWN+NOT_RESPONDING (failed), n2 is MIXED+DRAIN (disk)"), said
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert slurm.unusable_nodes() == {}  # no Slurm here: nothing known to leave out
+
+
 def test_fields_keep_the_first_value_of_a_key_and_skip_bare_words():
     info = slurm.fields("JobId=7 Command=/a/b=c flag JobId=8 Empty=")
     assert info == {"JobId": "7", "Command": "/a/b=c", "Empty": ""}
