@@ -27,6 +27,8 @@ Output (machine-readable, for tests and tooling):
 
 * every rank prints exactly one line at start:
   ``TORCHFLEET_RANK rank=R local_rank=L world_size=W local_world_size=LW host=HOST backend=B``
+* every rank prints ``TORCHFLEET_STEP N`` (its optimizer steps so far) at most once a second:
+  torchfleet's progress mark, from which a hung run is told (hang_timeout)
 * global rank 0 prints one line per epoch:
   ``epoch E/N loss=X time=Ts samples_per_s=S``
 * global rank 0 prints at the end:
@@ -233,7 +235,7 @@ def main():
     log(f"training {sum(p.numel() for p in model.parameters())} parameters on {len(dataset)} samples, "
         f"world_size={world_size}, backend={backend}, device={device.type}")
 
-    first_step = True
+    first_step, step, marked = True, 0, 0.0
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
         ddp_model.train()
@@ -256,6 +258,10 @@ def main():
                 # ("terminate called without an active exception", code 134) instead of exiting with 3.
                 os._exit(3)
             first_step = False
+            step += 1
+            if time.monotonic() - marked >= 1.0:  # torchfleet's progress mark, at most once a second
+                print(f"TORCHFLEET_STEP {step}", flush=True)
+                marked = time.monotonic()
             if args.sleep > 0:
                 time.sleep(args.sleep)
         dist.all_reduce(stats, op=dist.ReduceOp.SUM)  # global mean loss over all ranks

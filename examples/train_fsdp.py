@@ -26,6 +26,8 @@ Run without torchrun it trains as a single process.
 Output (machine-readable, the same lines as train.py):
 
 * every rank, once: ``TORCHFLEET_RANK rank=R local_rank=L world_size=W local_world_size=LW host=HOST backend=B``
+* every rank, at most once a second: ``TORCHFLEET_STEP N`` (its optimizer steps so far), the progress mark
+  from which torchfleet tells a hung run (hang_timeout)
 * global rank 0, per epoch: ``epoch E/N loss=X time=Ts samples_per_s=S``
   (loss: global mean token loss; samples: sequences; time excludes the checkpoint save)
 * global rank 0 at the end: ``TORCHFLEET_RESULT {json}`` with keys world_size,
@@ -331,7 +333,7 @@ def main():
     log(f"training {n_params} parameters with {args.strategy}, world_size={world_size}, backend={backend}, "
         f"device={device.type}, checkpoint_dir={args.checkpoint_dir}")
 
-    first_step, epoch_times = True, []
+    first_step, epoch_times, step, marked = True, [], 0, 0.0
     for epoch in range(start_epoch, args.epochs):
         model.train()
         t0 = time.perf_counter()
@@ -353,6 +355,10 @@ def main():
                 # ("terminate called without an active exception", code 134) instead of exiting with 3.
                 os._exit(3)
             first_step = False
+            step += 1
+            if time.monotonic() - marked >= 1.0:  # torchfleet's progress mark, at most once a second
+                emit(f"TORCHFLEET_STEP {step}")
+                marked = time.monotonic()
             if args.sleep > 0:
                 time.sleep(args.sleep)
         dist.all_reduce(stats, op=dist.ReduceOp.SUM)  # global mean loss over all ranks

@@ -117,7 +117,8 @@ def _start_problems(request: dict) -> list[str]:
         problems += _size_problems([request["script"], *lists["files"]])
     problems += _nproc_problems(request)
     problems += [said for said in (port_problem(request["master_port"]),
-                                   heartbeat_problem(request.get("heartbeat_timeout", 0))) if said]
+                                   heartbeat_problem(request.get("heartbeat_timeout", 0)),
+                                   hang_problem(request.get("hang_timeout", "auto"))) if said]
     if not re.match(r"[/~]", request["log_dir"]):
         problems.append(f"log_dir is '{request['log_dir']}': give an absolute path on the nodes, or one "
                         f"under the training account's home such as ~/torchfleet/runs (a relative path "
@@ -342,6 +343,19 @@ def heartbeat_problem(value) -> str | None:
     return None
 
 
+HANG_LEAST = 10  # seconds: below it, a pause between two lines of a healthy run would be a hang
+
+
+def hang_problem(value) -> str | None:
+    """hang_timeout that is neither auto, 0, nor HANG_LEAST seconds or more: refused, naming why."""
+    text = str(value if value is not None else "auto").strip()
+    if text == "auto" or text == "0" or (text.isdigit() and int(text) >= HANG_LEAST):
+        return None
+    return (f"hang_timeout is {text!r}: give auto (the default: learned from the run), 0 (never judge a run "
+            f"hung), or a number of seconds, {HANG_LEAST} or more, longer than the longest quiet stretch of "
+            f"a healthy run (an evaluation, a checkpoint).")
+
+
 def module_refusal(request) -> str | None:
     """What the module refuses of a request before anything changes, that its argument spec
     cannot say: what cannot run under Slurm (the role's problems() said it earlier, by the
@@ -350,5 +364,5 @@ def module_refusal(request) -> str | None:
     found = restart_problems(restart, len(request.nodes or ()), request.mode, request.scheduler, request.check_nodes)
     if request.scheduler == "slurm":
         found += _slurm_conflicts(request.mode, bool(request.tree_spawn), "mode")
-    found += [said for said in [heartbeat_problem(request.heartbeat_timeout)] if said]
+    found += [said for said in [heartbeat_problem(request.heartbeat_timeout), hang_problem(request.hang_timeout)] if said]
     return " ".join(found) or None

@@ -37,7 +37,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start i
 )
 
 # What a run restarted by hand may have ended as.
-RESTARTABLE = ("failed", "lost", "timed_out", "stopped")
+RESTARTABLE = ("failed", "lost", "timed_out", "stopped", "hung")
 
 
 def restart_refusal(record: dict | None, plan: SupervisorPlan | str | None, run_id: str, run_dir: str) -> str | None:

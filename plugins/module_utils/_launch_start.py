@@ -4,6 +4,7 @@ in it, its supervisor, and following the run until its ranks run (detach) or it 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import os
@@ -17,7 +18,7 @@ import tempfile
 import time
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock, _on_node
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import supervisor
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import stacks, supervisor
 # Not used here: imported so that the module's zip, which carries what the module imports, holds
 # the follower and its line server for the head package it installs (head_package_files).
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import follower  # noqa: F401 pylint: disable=unused-import
@@ -65,6 +66,8 @@ AUTO_PASS = ("PATH", "LD_LIBRARY_PATH")
 KEEP_ENV = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ",
                       "TMPDIR", "LD_LIBRARY_PATH", "SSH_AUTH_SOCK", "OPAL_PREFIX"})
 KEEP_ENV_PREFIXES = ("LC_", "OMPI_MCA_", "PMIX_MCA_")
+
+SITE_CONTENT = base64.b64encode(stacks.SITE.encode()).decode()
 
 
 def resolve_env_pass(explicit, environ, taken):
@@ -314,7 +317,8 @@ def start_run(module, request, control_dir):
     }
     # {absolute path: base64 content}: the probes hash the decoded bytes and write the text.
     try:
-        files, digests = files_to_place(request.file_contents)
+        # With the ranks' sitecustomize.py (stacks.SITE), on every node the launch reaches.
+        files, digests = files_to_place({**request.file_contents, stacks.site_file(request.log_dir): SITE_CONTENT})
     except ValueError as err:
         module.fail_json(msg=f"file_contents: {err}", run_id=run_id)
     slurm = request.scheduler == "slurm"

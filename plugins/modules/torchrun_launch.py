@@ -132,7 +132,7 @@ command:
 state:
   description:
     - The run's state from its record; V(running) after a start with O(detach=true), else how it
-      ended, V(succeeded), V(failed), V(stopped) or V(timed_out).
+      ended, V(succeeded), V(failed), V(stopped), V(timed_out) or V(hung).
   returned: state=started and not check mode
   type: str
   sample: succeeded
@@ -360,6 +360,14 @@ attempts:
       description: The nodes of the attempt before that are not in its world (lost).
       type: list
       elements: str
+hung:
+  description:
+    - Why the attempt was ended hung (O(hang_timeout)), with the last progress of any rank (the head's clock), the
+      timeout in seconds, the ranks that stopped first (the lowest step marked, else the oldest progress)
+      and a sentence naming them with their nodes.
+  returned: when an attempt hung
+  type: dict
+  sample: {since: "2026-11-29T02:00:00+00:00", timeout: 60, stopped_first: [2], named: "rank 2 on gpu03 (step 19, last progress at 2026-11-29T02:00:00+00:00)"}
 not_taken_back:
   description:
     - Nodes lost earlier that answer again but that the run did not grow back to (O(rejoin_after)),

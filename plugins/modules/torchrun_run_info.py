@@ -29,6 +29,12 @@ options:
   run_id:
     description: Only this run (RV(runs) is then empty or holds one record).
     type: str
+  stacks:
+    description:
+      - With O(run_id), also the Python stacks its supervisor took of every rank when an attempt hung
+        (RV(stacks)).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -65,6 +71,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+stacks:
+  description:
+    - With O(stacks), the Python stacks of the run's ranks (every thread, as faulthandler writes them)
+      by attempt (C(attempt_N)) and rank, taken when that attempt hung; empty when none hung.
+  returned: with O(stacks)
+  type: dict
+  sample: {attempt_0: {"2": "Current thread 0x00007f... (most recent call first):\n  File \"/r/hang.py\", line 12 in stuck"}}
 now:
   description:
     - The head's clock as the records were read (seconds since the epoch), against which a run's
@@ -99,7 +112,7 @@ runs:
       type: str
       sample: tf-20261123-101502-ab12cd
     state:
-      description: V(starting), V(running), V(restarting) (between two attempts), V(succeeded), V(failed), V(stopped), V(timed_out) or V(lost).
+      description: V(starting), V(running), V(restarting) (between two attempts), V(succeeded), V(failed), V(stopped), V(timed_out), V(hung) or V(lost).
       type: str
       sample: failed
     rc:
@@ -153,6 +166,16 @@ runs:
           M(torchfleet.cluster.torchrun_launch) returns them.
       type: list
       elements: dict
+    progress:
+      description:
+        - Each rank's last progress in the current attempt, by rank (its node, when it last wrote output or
+          a C(TORCHFLEET_STEP) mark, the head's clock, and the last step it marked).
+      type: dict
+    hung:
+      description:
+        - Why the last hung attempt was ended (O(torchfleet.cluster.torchrun_launch#module:hang_timeout)), with
+          the last progress, the timeout, the ranks that stopped first and their names.
+      type: dict
     not_taken_back:
       description:
         - Nodes lost earlier that answer again but that the run did not grow back to, each with why
@@ -191,6 +214,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import slurm
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.board import others_alive
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import list_runs, runs_index
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.stacks import kept_stacks
 
 
 def main():
@@ -198,7 +222,9 @@ def main():
         argument_spec={
             "log_dir": {"type": "path", "default": "~/torchfleet/runs"},
             "run_id": {"type": "str"},
+            "stacks": {"type": "bool", "default": False},
         },
+        required_if=[("stacks", True, ("run_id",))],
         supports_check_mode=True,
     )
     run_id = module.params["run_id"]
@@ -207,8 +233,10 @@ def main():
                              f"the one given at launch); leave it out to list every run")
     others = [{key: entry.get(key) for key in ("run_id", "account", "state", "started", "world_size", "head", "nodes")}
               for entry in others_alive() if run_id is None or entry["run_id"] == run_id]
-    module.exit_json(changed=False, runs=list_runs(module.params["log_dir"], run_id, runs_index()), others=others,
-                     jobs=slurm.queue() if run_id is None else [], now=time.time())
+    runs = list_runs(module.params["log_dir"], run_id, runs_index())
+    taken = kept_stacks(runs[0]["log_dir"]) if module.params["stacks"] and runs else {}
+    module.exit_json(changed=False, runs=runs, others=others, jobs=slurm.queue() if run_id is None else [],
+                     now=time.time(), **({"stacks": taken} if module.params["stacks"] else {}))
 
 
 if __name__ == "__main__":

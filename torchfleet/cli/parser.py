@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--all-ranks", action="store_true", help="every rank's output, as [rank N host] lines")
     which.add_argument("--rank", type=int, metavar="N", help="rank N's output alone")
     which.add_argument("--node", metavar="HOST", help="the output of the ranks on HOST, as [rank N host] lines")
+    which.add_argument("--stacks", action="store_true",
+                       help="the Python stacks of every rank, taken when an attempt of the run hung")
     logs.add_argument("--tail", type=int, metavar="N", help="only the last N lines (then, with -f, what follows)")
     logs.set_defaults(func=logs_command)
     wait = sub.add_parser("wait", parents=[common], epilog=RUN_EXITS,
@@ -150,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--keep", type=int, metavar="N", help="with --prune: keep the N newest runs")
     runs.add_argument("--older-than", type=float, metavar="DAYS",
                       help="with --prune: only runs started more than DAYS days ago")
-    states = [*ACTIVE_STATES, "succeeded", "failed", "stopped", "timed_out", "lost"]
+    states = [*ACTIVE_STATES, "succeeded", "failed", "stopped", "timed_out", "hung", "lost"]
     runs.add_argument("--state", choices=states, metavar="STATE", help=f"only runs in this state: {', '.join(states)}")
     runs.add_argument("-n", dest="count", type=int, metavar="N", help="only the N newest (after --state)")
     runs.add_argument("--all-users", action="store_true",

@@ -10,7 +10,7 @@ import tempfile
 
 from torchfleet.cli.following import follow_target, follow_to_end, shown_ranks
 from torchfleet.cli.playbooks import adhoc, finish, playbook
-from torchfleet.cli.runs import run_status
+from torchfleet.cli.runs import read_runs, run_status
 from torchfleet.cli.usage import ACTIVE_STATES, UsageError, check_run_id
 
 
@@ -72,6 +72,10 @@ def logs_command(args: argparse.Namespace) -> int:
         check_run_id(args.run_id)
     if (args.rank is not None and args.rank < 0) or (args.tail is not None and args.tail < 1):
         raise UsageError("--rank takes a rank (0 or more), --tail a number of lines (1 or more)")
+    if args.stacks:
+        if not args.run_id or args.follow:
+            raise UsageError("--stacks takes a RUN_ID, and no -f: the stacks are taken once, when the run hung")
+        return print_stacks(args)
     found = follow_target(args)
     if args.follow:
         return follow_to_end(args, found, args.run_id, from_start=not args.since_now)
@@ -97,6 +101,25 @@ def logs_command(args: argparse.Namespace) -> int:
     else:
         out, err = follow.end_report(record, head.name)
         follow.print_lines(out + err, sys.stderr)
+    return 0
+
+
+def print_stacks(args: argparse.Namespace) -> int:
+    """Every rank's stacks of each attempt of the run that hung, as its supervisor took them."""
+    outcome, _found, runs = read_runs(args, args.run_id, stacks=True)
+    if outcome.rc != 0:
+        return finish(args, outcome, {})
+    if not runs:
+        print(f"torchfleet: no run {args.run_id} on the head (torchfleet runs lists them)", file=sys.stderr)
+        return 1
+    taken = next((item["res"].get("stacks") for item in outcome.progress.results), None) or {}
+    if not taken:
+        print(f"torchfleet: no stacks of run {args.run_id}: none of its attempts hung", file=sys.stderr)
+        return 1
+    for attempt, ranks in taken.items():
+        for rank, text in ranks.items():
+            print(f"# {args.run_id} {attempt.replace('_', ' ')}, rank {rank}")
+            print(text.rstrip("\n"), flush=True)
     return 0
 
 

@@ -6,18 +6,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from datetime import datetime
 
 from torchfleet.cli.playbooks import adhoc, finish
 from torchfleet.cli.usage import ACTIVE_STATES, UsageError
 
 
-def read_runs(args: argparse.Namespace, run_id: str | None = None):
+def read_runs(args: argparse.Namespace, run_id: str | None = None, stacks: bool = False):
     """(the outcome, the cluster variables with `head_now`, the head's clock then, the records
-    newest first; only `run_id`'s if given) from the head (torchrun_run_info)."""
+    newest first; only `run_id`'s if given) from the head (torchrun_run_info); with `stacks`, the
+    answer also holds the run's stacks."""
     from torchfleet.inventory import cluster_vars
 
     found = cluster_vars(args.inventory, args.extra_vars)
-    module_args = {"log_dir": found["log_dir"], **({"run_id": run_id} if run_id else {})}
+    module_args = {"log_dir": found["log_dir"], **({"run_id": run_id} if run_id else {}),
+                   **({"stacks": True} if stacks else {})}
     outcome = adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps(module_args),
                     found["head"], ["--become", "--become-user", found["user"]])
     answer = next((item["res"] for item in outcome.progress.results), {})
@@ -94,9 +98,43 @@ def every_accounts(listed: list, found: dict) -> list:
     return sorted(every, key=lambda run: run.get("started") or "", reverse=True)
 
 
+PER_RANK_UP_TO = 16  # ranks shown one by one in `status`; more are shown per node (its oldest rank)
+
+
+def progress_lines(progress: dict, now: float) -> list[str]:
+    """The ranks' last progress as `status RUN` shows it: the age of each rank's (or each node's
+    oldest rank's, where ranks are many), the step it marked; a run whose newest progress is older
+    than half its hang timeout is `stalled?`, and so is a rank or node past that."""
+    ages = {rank: now - datetime.fromisoformat(entry["last"]).timestamp()
+            for rank, entry in progress.get("ranks", {}).items()}
+    if not ages:
+        return []
+    after = progress.get("hang_after")
+    half = after / 2 if after else None
+    newest = min(ages.values())
+    head = f"{'progress:':<18} newest {newest:.0f} s ago; hung after {f'{after} s' if after else 'never'} without"
+    lines = [head + (" (stalled?)" if half and newest > half else "")]
+    ranks = progress["ranks"]
+    if len(ranks) <= PER_RANK_UP_TO:
+        rows = [(f"rank {rank} on {entry.get('node') or '?'}", ages[rank], entry.get("step"))
+                for rank, entry in sorted(ranks.items(), key=lambda item: int(item[0]))]
+    else:
+        oldest: dict = {}
+        for rank, entry in ranks.items():
+            node = entry.get("node") or "?"
+            if node not in oldest or ages[rank] > ages[oldest[node]]:
+                oldest[node] = rank
+        rows = [(f"{node} (rank {rank}, its oldest)", ages[rank], ranks[rank].get("step"))
+                for node, rank in sorted(oldest.items())]
+    for what, age, step in rows:
+        lines.append(f"  {what}: {age:.0f} s ago{f', step {step}' if step is not None else ''}"
+                     f"{'  stalled?' if half and age > half else ''}")
+    return lines
+
+
 def run_status(args: argparse.Namespace) -> int:
     """One run's record, as `runs` lists it: key: value lines, or JSON."""
-    outcome, _found, runs = read_runs(args, args.run_id)
+    outcome, found, runs = read_runs(args, args.run_id)
     if outcome.rc != 0:
         return finish(args, outcome, {})
     if not runs:
@@ -108,7 +146,9 @@ def run_status(args: argparse.Namespace) -> int:
         print(json.dumps(record, indent=1))
     else:
         for key, value in record.items():
-            if value not in (None, [], {}, ""):
+            if key == "progress" and value and record.get("state") in ACTIVE_STATES:
+                print("\n".join(progress_lines(value, found["head_now"] or time.time())))
+            elif value not in (None, [], {}, "") and key != "progress":
                 print(f"{key + ':':<18} {value if not isinstance(value, (list, dict)) else json.dumps(value)}")
     return 0
 

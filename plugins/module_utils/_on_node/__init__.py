@@ -38,8 +38,8 @@ import os
 
 # The package's files, as the launch module copies them to the head.
 FILES = ("__init__", "attempts", "batch_script", "board", "follower", "guardian", "labels", "launch_plan",
-         "line_server", "liveness", "loader", "node_checks", "plan_checks", "privileges", "probe", "record", "renderer",
-         "report", "slurm", "slurm_job", "ssh_to_nodes", "supervisor", "tail", "transitions")
+         "line_server", "liveness", "loader", "node_checks", "plan_checks", "privileges", "probe", "progress", "record",
+         "renderer", "report", "slurm", "slurm_job", "ssh_to_nodes", "stacks", "supervisor", "tail", "transitions")
 
 
 def source(name: str) -> str:

@@ -85,6 +85,11 @@ class Plan:
     ssh_control_path: str | None = None  # Open MPI: ssh masters the caller opened to the nodes
     silent_node_timeout: int = 120  # Open MPI: seconds until a node off the network ends the run; 0: Open MPI's
     mpich_launcher: str | None = None  # mpich mode: which mpiexec, one of MPICH_LAUNCHERS
+    # A supervised run's ranks import the sitecustomize.py in site_dir first (stacks.SITE), which
+    # arms the dump of their stacks into stacks_dir when the run hangs; None for a command
+    # rendered for a person to run.
+    site_dir: str | None = None
+    stacks_dir: str | None = None
 
 
 def node_slots(gpu_count, nproc_per_node) -> int:
@@ -146,6 +151,9 @@ def plan_for(request, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secr
         allow_run_as_root=request.allow_run_as_root, tree_spawn=request.tree_spawn,
         ssh_control_path=control_path, silent_node_timeout=request.silent_node_timeout,
         mpich_launcher=request.mpich_launcher, tee_workers=not (supervised and reads_worker_files(request)),
+        # stacks.SITE_DIR beside the run's directory, stacks.STACKS_DIR in it
+        site_dir=f"{run_dir.rsplit('/', 1)[0]}/.torchfleet-site" if supervised else None,
+        stacks_dir=f"{run_dir}/stacks" if supervised else None,
     )
 
 

@@ -27,6 +27,7 @@ import threading
 import time
 
 from .probe import unmarked_env
+from .progress import SCAN
 from .report import now_iso
 
 BEAT_EVERY = 1.0  # seconds between two beats of a node
@@ -56,17 +57,21 @@ def ssh_port(ssh: str, address: str) -> int:
     return SSH_PORT
 
 
-# Run on each node by its own interpreter (-S: the standard library alone). It ends at its first
-# write once the head closes the session.
+# Run on each node by its own interpreter (-S: the standard library alone), with the patterns of
+# its ranks' files as arguments: each beat is a line, after the lines of the files that grew
+# (progress.SCAN). It ends at its first write once the head closes the session.
 BEAT = (
     "import sys, time\n"
+    + SCAN +
     "out = sys.stdout.buffer\n"
+    "globs, sizes = sys.argv[1:], {}\n"
     "with open('/proc/sys/kernel/random/boot_id', 'rb') as handle:\n"
     "    out.write(handle.read().strip() + b'\\n')\n"
     "out.flush()\n"
     "while True:\n"
     f"    time.sleep({BEAT_EVERY})\n"
-    "    out.write(b'.')\n"
+    "    scan(globs, sizes, out.write)\n"
+    "    out.write(b'.\\n')\n"
     "    out.flush()\n"
 )
 
@@ -138,8 +143,8 @@ def judge(beat: float | None, now: float, tolerance: float, dead: tuple | None,
 class NodeBeat:
     """The beat of one node: its ssh session and the thread that reads it."""
 
-    def __init__(self, node, argv: list, stopped: threading.Event):
-        self.node, self.argv, self.stopped = node, argv, stopped
+    def __init__(self, node, argv: list, stopped: threading.Event, progress=None):
+        self.node, self.argv, self.stopped, self.progress = node, argv, stopped, progress
         self.boot: bytes | None = None
         self.watched = time.monotonic()  # when its watch began: the first beat is due from then
         self.beat: float | None = None  # monotonic time of the last beat
@@ -199,8 +204,11 @@ class NodeBeat:
             return
         self.boot, self.beat = boot, time.monotonic()
         while not self.stopped.is_set():
-            if proc.stdout.read1(64):
+            line = proc.stdout.readline()
+            if line.endswith(b"\n"):
                 self.beat = time.monotonic()
+                if line.startswith(b"P ") and self.progress is not None:
+                    self.progress.line(line, self.beat)
                 continue
             closed, self.confirming = time.monotonic(), True  # the session closed
             self._end(proc)
@@ -244,14 +252,18 @@ class NodeBeat:
 class Liveness:
     """The beats of an attempt's other nodes, from its start to its end (close)."""
 
-    def __init__(self, nodes, ssh: str, python: str, tolerance: int, control_dir: str | None = None):
+    def __init__(self, nodes, ssh: str, python: str, tolerance: int, control_dir: str | None = None,
+                 progress=None, globs=None):
+        """`progress` (progress.Progress) takes what each node's beat says of its ranks' files,
+        `globs` ({name: [pattern]}) names them."""
         self.tolerance, self.looked = tolerance, None  # looked: when verdicts() last ran (monotonic)
         self.stopped = threading.Event()
         sharing = ["-o", f"ControlPath={control_dir}/%C"] if control_dir else []
-        remote = shlex.join([python, "-S", "-c", BEAT])
-        self.beats = {node.name: NodeBeat(node, [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", *sharing,
-                                                 node.address, remote], self.stopped)
-                      for node in nodes}
+        self.beats = {}
+        for node in nodes:
+            remote = shlex.join([python, "-S", "-c", BEAT, *(globs or {}).get(node.name, [])])
+            self.beats[node.name] = NodeBeat(node, [ssh, "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", *sharing,
+                                                    node.address, remote], self.stopped, progress)
 
     def verdicts(self) -> dict:
         """{name: Verdict} of every watched node, now. A node found lost right after a pause of the

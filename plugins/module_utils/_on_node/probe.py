@@ -25,6 +25,7 @@ import threading
 import time
 
 from .board import BoardFull, announce, in_the_way, others_alive, own_entry, sweep_own, withdraw
+from .stacks import take
 
 RUN_ID_VAR = "TORCHFLEET_RUN_ID"
 # Set (to the run id) in the environment of a run's supervisor on the head, beside RUN_ID_VAR.
@@ -468,7 +469,8 @@ def probe(request: dict) -> dict:
     with `interfaces` (true), the node's interfaces and their IPv4 addresses; with `board`
     ({entry, share}), other accounts' runs alive here (`others`), and this run's entry written
     unless there are some and `share` is false (`announced`: false where the node has no board);
-    with `withdraw` (a run id), this account's entry for it removed.
+    with `withdraw` (a run id), this account's entry for it removed; with `stacks` ({run_id,
+    run_dir, attempt}), the Python stacks of that attempt's ranks here (stacks.take).
     An empty request only shows that the node answers."""
     answer = {}
     if "board" in request:
@@ -491,6 +493,8 @@ def probe(request: dict) -> dict:
         answer["drift"] = environment_drift(request["packages"]["python"], request["packages"]["expect"])
     if request.get("interfaces"):
         answer["interfaces"] = interface_addresses()
+    if "stacks" in request:
+        answer["stacks"] = take(**request["stacks"])
     return answer
 
 

@@ -35,11 +35,13 @@ class RunState(str, enum.Enum):
     FAILED = "failed"
     STOPPED = "stopped"
     TIMED_OUT = "timed_out"
+    HUNG = "hung"  # no progress for hang_timeout while every node was alive (progress.py)
     LOST = "lost"  # its supervisor died: its guardian ended it, or nobody recorded how it ended
 
 
 ACTIVE = (RunState.STARTING.value, RunState.RUNNING.value, RunState.RESTARTING.value)
-ENDED = (RunState.SUCCEEDED.value, RunState.FAILED.value, RunState.STOPPED.value, RunState.TIMED_OUT.value)
+ENDED = (RunState.SUCCEEDED.value, RunState.FAILED.value, RunState.STOPPED.value, RunState.TIMED_OUT.value,
+         RunState.HUNG.value)
 
 
 # Where a key of the record is shown besides state.json and torchrun_run_info: in the launch
@@ -114,6 +116,10 @@ class RunRecord:
     # cause, workers: its torchrun log directory); the last is the one running or that ended the run.
     restarts: int = field(default=0, metadata=_shown(RESULT, LISTED, REPORTED))
     attempts: list | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
+    # Each rank's last progress in the current attempt ({rank: {node, last, step}}, progress.py),
+    # and a hung attempt's verdict ({since, timeout, stopped_first: [rank...], named}).
+    progress: dict | None = field(default=None, metadata=_shown(LISTED, optional=True))
+    hung: dict | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
     # Nodes back after a loss that the run did not grow to, and why ({node: reason}).
     not_taken_back: dict | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
 

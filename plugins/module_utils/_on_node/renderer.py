@@ -96,6 +96,9 @@ _GLOO_PICK = ('IFS=,; for i in $GLOO_SOCKET_IFNAME; do if [ -e "/sys/class/net/$
 def _script(plan: Plan, nnodes: int, nproc: int, head: Node, mixed_ifaces: bool) -> str:
     # Only plan values go in here, each quoted; user arguments come in as "$@".
     prefix = _GLOO_PICK if mixed_ifaces else ""
+    if plan.site_dir:  # before the user's own PYTHONPATH, which stays
+        prefix += (f'export PYTHONPATH={shlex.quote(plan.site_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}" '
+                   f'TORCHFLEET_STACKS_DIR={shlex.quote(plan.stacks_dir or "")}; ')
     if plan.mode == "torchrun":
         rank = "${OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}"
         return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, rank))

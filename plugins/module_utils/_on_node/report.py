@@ -353,6 +353,15 @@ def never_started_message(run_id: str, start_timeout: int, late, run_dir: str, l
             f"was ended; logs under {run_dir}{left}")
 
 
+HUNG_RC = 123  # `wait`'s exit code for a run that ended hung
+
+
+def hung_message(run_id: str, since: str, allowed: float, named: str, run_dir: str, left: str) -> str:
+    """An attempt ended because no rank made progress for `allowed` s while every node was alive."""
+    return (f"run {run_id} hung: no rank made progress since {since} (hang_timeout {allowed:.0f} s) while "
+            f"every node was alive; stopped first: {named}; logs under {run_dir}{left}")
+
+
 def stopped_message(run_id: str, signum: int, run_dir: str, left: str) -> str:
     return (f"run {run_id} was stopped ({signal.Signals(signum).name} to its "
             f"supervisor: launch_action=stop, torchfleet stop or Ctrl-C); logs under {run_dir}{left}")

@@ -35,7 +35,7 @@ def program(names: tuple, main: str) -> str:
 def probe_command(python: str) -> str:
     # ssh hands the remote side one command line, quoted here; the request travels on stdin.
     # -S: the probe needs the standard library alone, not the environment's site-packages.
-    return shlex.join([python, "-S", "-c", program(("board", "probe"), "probe")])
+    return shlex.join([python, "-S", "-c", program(("board", "stacks", "probe"), "probe")])
 
 
 def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
@@ -112,6 +112,17 @@ def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace
             if answer[key]:
                 ended[key][node.name] = [proc["pid"] for proc in answer[key]]
     return ended
+
+
+def take_stacks(nodes, head: str, ssh: str | None, python: str, run_id: str, run_dir: str, attempt: int,
+                control_dir: str | None = None) -> dict:
+    """{rank: its Python stacks} of the attempt's ranks on every node that answers (stacks.py)."""
+    if ssh is None:
+        nodes = [node for node in nodes if node.name == head]
+    request = {"stacks": {"run_id": run_id, "run_dir": run_dir, "attempt": attempt}}
+    answers = probe_nodes(nodes, head, ssh, python, {node.name: request for node in nodes},
+                          timeout=PROBE_TIMEOUT, connect_timeout=5, control_dir=control_dir) if nodes else {}
+    return {int(rank): text for answer in answers.values() for rank, text in (answer.get("stacks") or {}).items()}
 
 
 def withdraw_from_board(nodes, head: str, ssh: str | None, python: str, run_id: str,

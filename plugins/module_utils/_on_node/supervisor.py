@@ -25,10 +25,12 @@ import time
 import traceback
 from types import SimpleNamespace
 
-from . import attempts, report, slurm
-from .ssh_to_nodes import PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes
+from . import attempts, report, slurm, stacks
+from .ssh_to_nodes import (PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes,
+                           take_stacks)
 from .guardian import start_guardian
-from .liveness import Liveness, NodeState
+from .liveness import Liveness, NodeState, wall_time
+from .progress import LocalScan, Progress, patterns
 from .probe import SUPERVISOR_VAR, end_run, read_end
 from .record import STATE_FILE, RunRecord, SupervisorPlan
 from .report import now_iso
@@ -40,6 +42,7 @@ START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
 LOST_LAUNCHER_GRACE = 1.0  # seconds mpirun has to pass a TERM on once a node is lost (silent)
 DEAD_LAUNCHER_GRACE = 0.5  # the same once a node is proven dead: mpirun is ending by itself then
 SETTLE = 1.0  # seconds a failed launcher's end waits for a node's death to be proven
+PROGRESS_EVERY = 10.0  # seconds between two writes of the ranks' progress into the record
 
 
 class _Stop:
@@ -189,11 +192,41 @@ class Run:
                 return
             over.wait(START_POLL)
 
-    def watch(self) -> Liveness:
-        """The beats of the attempt's other nodes (liveness.py)."""
+    def globs(self) -> dict:
+        """{name: patterns of the attempt's ranks' files on that node} (progress.py)."""
+        plan = self.plan
+        return {node.name: patterns(plan.request.mode, plan.paths.get("workers") if plan.worker_files else None,
+                                    plan.paths.get("ranks"), index)
+                for index, node in enumerate(self.nodes)}
+
+    def watch(self, progress: Progress | None) -> Liveness:
+        """The beats of the attempt's other nodes (liveness.py), with their ranks' progress."""
         plan = self.plan
         return Liveness([node for node in self.nodes if node.name != plan.head], plan.ssh, plan.request.python,
-                        plan.request.heartbeat_timeout, plan.control_dir)
+                        plan.request.heartbeat_timeout, plan.control_dir, progress=progress, globs=self.globs())
+
+    def keep_stacks(self) -> dict:
+        """{rank: its stacks} of the attempt's ranks on every node that answers, kept on the head
+        as RUN_DIR/stacks/attempt_N/rank_R.txt (`torchfleet logs --stacks`)."""
+        plan, attempt = self.plan, self.attempt_number
+        taken = take_stacks(self.nodes, plan.head, plan.ssh if plan.request.check_nodes else None,
+                            plan.request.python, plan.run_id, plan.paths["run"], attempt, plan.control_dir)
+        where = os.path.join(plan.paths["run"], stacks.STACKS_DIR, f"attempt_{attempt}")
+        try:
+            os.makedirs(where, mode=0o750, exist_ok=True)
+            for rank, text in taken.items():
+                with open(os.path.join(where, f"rank_{rank}.txt"), "w", encoding="utf-8") as handle:
+                    handle.write(text)
+        except OSError:
+            pass  # a full disk: the stacks are quoted in the record still
+        return taken
+
+    def progress(self) -> Progress:
+        """The attempt's ranks' progress, and its hang timeout (hang_timeout: auto learns it)."""
+        plan = self.plan
+        given = str(getattr(plan.request, "hang_timeout", None) or "auto").strip()
+        return Progress([node.name for node in self.nodes], plan.nproc or 1, [node.slots for node in self.nodes],
+                        None if given == "auto" else int(given))
 
     def attempt(self, attempt: int, begun: float):
         """One attempt of the run: its launcher from start to end, and the clean-up after it.
@@ -213,6 +246,7 @@ class Run:
                             msg=f"cannot start {plan.argv[0]}: {err}" if not slurm_job else str(err))
             return None
         self.proc, self.grew, self.back, self.grow = proc, False, [], threading.Event()
+        self.attempt_number = attempt
         if plan.request.max_restarts or plan.attempts_before:
             self.attempts.append({"attempt": attempt, "started": now_iso(), "ended": None,
                                   "nodes": [node.name for node in self.nodes],
@@ -245,19 +279,22 @@ class Run:
         plan, run_id, grace = self.plan, self.plan.run_id, self.plan.request.stop_grace
         slurm_job, over = plan.request.scheduler == "slurm", self.over  # made anew for each attempt
         end = SimpleNamespace(timed_out=False, late=[], ending={}, stopped=None, survivors=[], warnings=[],
-                              waiting=(None, None), grow=[])
+                              waiting=(None, None), grow=[], hung=None)
         checkpoint, said_not_taken = None, {}  # a node back: rank 0's stdout, read for the checkpoint
         everywhere = threading.Event()  # a process of the run runs on every node
         if plan.request.start_timeout and not slurm_job:
             threading.Thread(target=self.watch_start, args=(proc.pid, plan.request.start_timeout, end.late, over, everywhere),
                              daemon=True).start()
         watching = bool(plan.request.heartbeat_timeout and plan.request.check_nodes and plan.ssh and len(self.nodes) > 1)
-        liveness, said_everywhere = None, False
+        liveness, said_everywhere, local, progress, shown_at, shown = None, False, None, None, 0.0, None
         try:
             while True:
                 # A Slurm job's nodes are watched once it runs (they are the allocation's then).
+                if progress is None and (not slurm_job or proc.started):
+                    progress = self.progress()
+                    local = LocalScan(progress, self.globs().get(plan.head, []))
                 if watching and liveness is None and (not slurm_job or proc.started):
-                    liveness = self.watch()
+                    liveness = self.watch(progress)
                 try:
                     proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
                     break
@@ -280,7 +317,19 @@ class Run:
                 end.timed_out = bool(plan.request.launch_timeout) and time.monotonic() - begun >= plan.request.launch_timeout
                 end.ending = liveness.ending() if liveness else {}
                 end.stopped = _Stop.signum  # a stop heard after the launcher's end changes nothing of it
-                if end.timed_out or end.late or end.ending or end.stopped is not None:
+                if progress is not None:
+                    now = time.monotonic()
+                    if liveness is not None and liveness.not_alive():
+                        progress.not_alive(now)  # a paused or silent node's ranks cannot write
+                    end.hung = progress.hung(now) if not end.ending else None
+                    if now - shown_at >= PROGRESS_EVERY or end.hung:
+                        shown_at, was = now, shown
+                        shown = progress.shown(wall_time) or None
+                        if shown != was:  # a write only for news: the record may be on a full disk
+                            self.keeper.update(progress=shown)
+                if end.hung:  # shown before it is ended: every rank's stacks, while they still hang
+                    end.hung["stacks"] = self.keep_stacks()
+                if end.timed_out or end.late or end.ending or end.stopped is not None or end.hung:
                     if end.ending:  # said at once: the end takes the stop's grace and the clean-up
                         self.keeper.update(lost_nodes={name: v.since for name, v in end.ending.items()})
                     if slurm_job:
@@ -312,13 +361,21 @@ class Run:
             over.set()
             if liveness is not None:
                 liveness.close()
+            if local is not None:
+                local.close()
+        if end.hung:  # the ranks named, with the top of their stacks, while the attempt's progress is at hand
+            taken = end.hung.pop("stacks", None) or {}
+            top = {rank: stacks.top_frames(taken[rank]) for rank in end.hung["stopped_first"] if rank in taken}
+            end.hung["named"] = progress.named(end.hung["stopped_first"], wall_time) + "".join(
+                f"; rank {rank}'s stack: {' <- '.join(frames)}" for rank, frames in top.items() if frames)
+            end.hung["stacks"] = sorted(taken)
         return end
 
     def conclude(self, proc, end: SimpleNamespace, begun: float):
         """The attempt's end, cleaned up and said: (state, message, record changes, cause)."""
         plan, paths, run_id, grace = self.plan, self.plan.paths, self.plan.run_id, self.plan.request.stop_grace
         slurm_job, rc, ending = plan.request.scheduler == "slurm", end.rc, end.ending
-        interrupted = end.timed_out or end.late or ending or end.stopped or end.grow
+        interrupted = end.timed_out or end.late or ending or end.stopped or end.grow or end.hung
         survivors, warnings, slurm_cause = end.survivors, end.warnings, None
         if not interrupted:
             # The launcher is gone; nothing of the run should be left on the head.
@@ -354,6 +411,14 @@ class Run:
             state = "failed"
             result.update(lost_nodes={name: v.since for name, v in ending.items()}, failed_host=next(iter(ending)))
             msg = report.nodes_ended_message(causes, run_id, paths["run"], left)
+        elif end.hung:
+            hung = end.hung
+            state, since = "hung", wall_time(hung["since"])
+            result.update(rc=report.HUNG_RC, hung={
+                "since": since, "timeout": round(hung["allowed"]), "stopped_first": hung["stopped_first"],
+                "named": hung["named"], "stacks_of": hung["stacks"],
+                "stacks": os.path.join(paths["run"], stacks.STACKS_DIR, f"attempt_{self.attempt_number}")})
+            msg = report.hung_message(run_id, since, hung["allowed"], hung["named"], paths["run"], left)
         elif end.stopped:
             state = "stopped"
             msg = report.stopped_message(run_id, end.stopped, paths["run"], left)
@@ -393,6 +458,8 @@ class Run:
             return state, msg, result, f"{', '.join(end.grow)} back (grown at a checkpoint)"
         if slurm_cause:
             return state, msg, result, slurm_cause
+        if end.hung:  # on the same nodes: none is at fault unless one is proven so
+            return state, msg, result, f"hung: no progress since {result['hung']['since']}; stopped first: {end.hung['named']}"
         return state, msg, result, attempts.restart_cause(state, result, end.late, survivors, plan.request.final_exit_codes,
                                                           causes)
 

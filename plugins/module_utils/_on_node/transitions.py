@@ -13,7 +13,7 @@ begin the same run; and no write goes through after the run's last record.
 | launched   | starting, restarting                   | running                         | its owner      |
 | restarting | running, starting                      | restarting                      | its owner      |
 | update     | starting, running, restarting          | (the same)                      | its owner      |
-| end        | starting, running, restarting          | succeeded, failed, stopped, timed_out | its owner |
+| end        | starting, running, restarting          | succeeded, failed, stopped, timed_out, hung | its owner |
 | abandon    | starting, running, restarting          | lost                            | the owner's guardian |
 """
 

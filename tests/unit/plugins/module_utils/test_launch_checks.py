@@ -46,6 +46,16 @@ def test_good_restart_options_pass():
     assert lc.restart_problems({}, 1, "rank", "slurm") == []  # no restarts asked: nothing to refuse
 
 
+@pytest.mark.parametrize("value, refused", [("auto", False), (None, False), ("0", False), (0, False), ("10", False),
+                                            (600, False), ("9", True), ("-5", True), ("never", True), ("1.5", True)])
+def test_a_hang_timeout_is_auto_zero_or_ten_seconds_or_more(value, refused):
+    said = lc.hang_problem(value)
+    assert bool(said) == refused
+    if refused:
+        assert f"hang_timeout is '{value}'" in said and "auto" in said and "10 or more" in said
+    assert bool(lc.module_refusal(LaunchRequest.of({"hang_timeout": value}))) == refused
+
+
 @pytest.mark.parametrize("value, refused", [(1, True), (3, True), ("2", True), (0, False), (4, False), (30, False)])
 def test_a_heartbeat_timeout_below_the_silence_that_makes_a_node_silent_is_refused_naming_the_floor(value, refused):
     said = lc.heartbeat_problem(value)

@@ -25,7 +25,8 @@ def test_the_launch_options_flags_come_from_the_option_table_and_pass_on_by_thei
     assert "invalid int value: 'two'" in capsys.readouterr().err
     # Each flag is the option's name, and reaches launch.yml by its -e name.
     flagged = [option for option in module_util("_launch_options").OPTIONS if option.cli]
-    assert {option.name for option in flagged} == {"max_restarts", "min_nodes", "spare_nodes", "share_nodes", "scheduler"}
+    assert {option.name for option in flagged} == {"max_restarts", "min_nodes", "spare_nodes", "share_nodes", "scheduler",
+                                                   "hang_timeout"}
     assert all(option.short for option in flagged)
 
 

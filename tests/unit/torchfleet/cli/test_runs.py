@@ -1,6 +1,6 @@
 """`torchfleet runs`: every account's runs."""
 
-from torchfleet.cli.runs import every_accounts
+from torchfleet.cli.runs import every_accounts, progress_lines
 
 
 def test_runs_of_every_account_join_the_board_and_slurms_queue_once_each():
@@ -16,3 +16,25 @@ def test_runs_of_every_account_join_the_board_and_slurms_queue_once_each():
         ("bert.sh", "carol", "pending", "8"),  # a job torchfleet did not submit, from squeue
         ("tf-bobs", "bob", "running", "7"),    # from the board, with its job
         ("tf-mine", "alice", "running", "6")]   # this account's record, its job from the queue
+
+
+def _progress(ages, now=1_000_000.0, hang_after=60, steps=None):
+    from datetime import datetime, timezone
+    return {"hang_after": hang_after,
+            "ranks": {str(rank): {"node": f"n{rank // 2}", "last": datetime.fromtimestamp(now - age, timezone.utc).isoformat(),
+                                  **({"step": steps[rank]} if steps else {})}
+                      for rank, age in enumerate(ages)}}
+
+
+def test_status_shows_each_ranks_progress_age_and_marks_a_stall_past_half_the_timeout():
+    lines = progress_lines(_progress([2, 3, 40, 2], steps=[20, 20, 19, 20]), 1_000_000.0)
+    assert lines[0] == "progress:          newest 2 s ago; hung after 60 s without"
+    assert lines[1:] == ["  rank 0 on n0: 2 s ago, step 20", "  rank 1 on n0: 3 s ago, step 20",
+                         "  rank 2 on n1: 40 s ago, step 19  stalled?", "  rank 3 on n1: 2 s ago, step 20"]
+    assert progress_lines(_progress([35, 40]), 1_000_000.0)[0].endswith("(stalled?)")
+    assert "hung after never" in progress_lines(_progress([1], hang_after=None), 1_000_000.0)[0]
+
+
+def test_status_shows_many_ranks_per_node_by_its_oldest_rank():
+    lines = progress_lines(_progress([1] * 20 + [50, 1]), 1_000_000.0)
+    assert len(lines) == 1 + 11 and "  n10 (rank 20, its oldest): 50 s ago  stalled?" in lines, lines

@@ -143,3 +143,23 @@ def test_the_knock_goes_to_the_port_the_clusters_ssh_uses(tmp_path):
     ssh.chmod(0o755)
     assert liveness.ssh_port(str(ssh), "n7") == 2222
     assert liveness.ssh_port(str(ssh), "n8") == 22
+
+
+def test_a_nodes_beat_carries_its_ranks_progress_to_the_head(tmp_path):
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.progress import Progress, patterns
+    ssh = tmp_path / "ssh"
+    ssh.write_text(SSH)
+    ssh.chmod(0o755)
+    rank = tmp_path / "workers" / "node1" / "tf-r" / "attempt_0" / "1"
+    rank.mkdir(parents=True)
+    progress = Progress(["n0", "n1"], 2, [2, 2], 60)
+    watch = Liveness([SimpleNamespace(name="n1", address="127.0.0.1")], str(ssh), sys.executable, 30,
+                     progress=progress, globs={"n1": patterns("torchrun", str(tmp_path / "workers"), None, 1)})
+    try:
+        _until(lambda: watch.beats["n1"].beat is not None, 30, "a first beat")
+        (rank / "stdout.log").write_text("TORCHFLEET_STEP 7\n")
+        _until(lambda: 3 in progress.ranks, 10, "rank 3's progress")
+        assert progress.ranks[3].step == 7 and progress.ranks[3].node == "n1"
+        assert watch.verdicts()["n1"].state is NodeState.ALIVE  # its lines are beats too
+    finally:
+        watch.close()

@@ -22,7 +22,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.render
 
 
 REPORTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                "MASTER_PORT", "TORCHFLEET_RUN_ID", "GLOO_SOCKET_IFNAME")
+                "MASTER_PORT", "TORCHFLEET_RUN_ID", "GLOO_SOCKET_IFNAME", "PYTHONPATH", "TORCHFLEET_STACKS_DIR")
 
 FAKE_PROGRAM = """#!{python}
 # Stands in for torchrun/python: reports what it received, then exits as told.
@@ -93,6 +93,22 @@ def test_torchrun_extra_args_reach_torchrun_before_the_script_as_given(tmp_path,
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("mode", ["torchrun", "rank"])
+def test_a_supervised_runs_ranks_find_its_site_first_and_the_users_path_after(tmp_path, fake_program, mode):
+    # stacks.SITE arms the dump of the stacks; the user's own PYTHONPATH still follows it.
+    site, stacks = "/r/runs/.torchfleet-site", "/r/runs/run 1/stacks"
+    plan = make_plan(mode=mode, torchrun=fake_program, python=fake_program, site_dir=site, stacks_dir=stacks)
+    env = {**render(plan).env, "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+           "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    for given, expected in ((None, site), ("/my lib", f"{site}:/my lib")):
+        result = run_rank_shell(render(plan).argv, {**env, **({"PYTHONPATH": given} if given else {})}, tmp_path)
+        assert result.returncode == 0, result.stderr
+        reported = json.loads(result.stdout)["env"]
+        assert (reported["PYTHONPATH"], reported["TORCHFLEET_STACKS_DIR"]) == (expected, stacks)
+    person = render(make_plan(mode=mode, torchrun=fake_program, python=fake_program))  # `torchfleet render`
+    assert "PYTHONPATH" not in " ".join(person.argv)
+
+
 def test_one_node_standalone_runs(tmp_path, fake_program):
     rendered = render(make_plan(nodes=(node(1, slots=3),), torchrun=fake_program,
                                 script_args=("x y",)))
@@ -117,7 +133,7 @@ def test_rank_mode_maps_open_mpi_variables(tmp_path, fake_program):
     assert report["env"] == {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "6",
                              "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "172.18.0.2",
                              "MASTER_PORT": "29611", "TORCHFLEET_RUN_ID": "run-1",
-                             "GLOO_SOCKET_IFNAME": "eth0"}
+                             "GLOO_SOCKET_IFNAME": "eth0", "PYTHONPATH": None, "TORCHFLEET_STACKS_DIR": None}
     assert not marker.exists()
 
 

@@ -1,0 +1,65 @@
+"""Runs that hang on three real containers, with real mpirun, torchrun and gloo: a rank that
+blocks in a function of its own while the others wait for it in an all_reduce. The supervisor
+sees no progress while every node is alive, takes every rank's stack, ends the attempt and
+restarts it, or ends the run hung.
+
+The cluster is the session's shared one; test_faults' `restored` fixture leaves no run behind.
+"""
+
+import time
+import uuid
+
+import pytest
+
+from ready_cluster import NODES
+from test_faults import left_on
+from test_faults import restored  # noqa: F401 pylint: disable=unused-import
+from test_run_lifecycle import runs_json, torchfleet
+
+pytestmark = pytest.mark.cluster
+STOPPING = "tests/integration/stopping_rank.py"
+
+
+def test_a_rank_that_blocks_is_found_hung_shown_with_its_stack_and_the_restart_succeeds(cluster):
+    run_id = f"tf-hang-{uuid.uuid4().hex[:8]}"
+    launched = torchfleet(cluster, "launch", STOPPING, "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
+                          "--max-restarts", "1", "--hang-timeout", "60", "--detach",
+                          "--", "--stop-rank", "2", "--stop-at", "20")
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    # While it hangs: rank 2's progress is the oldest, and past half the timeout it is stalled?.
+    deadline, shown = time.monotonic() + 120, ""
+    while "stalled?" not in shown and time.monotonic() < deadline:
+        status = torchfleet(cluster, "status", run_id)
+        shown = status.stdout
+        time.sleep(2)
+    assert f"  rank 2 on {NODES[2]}: " in shown and ", step 19  stalled?" in shown, shown
+    assert f"  rank 0 on {NODES[0]}: " in shown and ", step 20" in shown, shown
+    waited = torchfleet(cluster, "wait", run_id)
+    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-3000:]
+    record = runs_json(cluster)[run_id]
+    assert (record["state"], record["restarts"]) == ("succeeded", 1), record["msg"]
+    cause = record["attempts"][0]["cause"]
+    assert cause.startswith("hung: no progress since "), cause
+    assert f"stopped first: rank 2 on {NODES[2]} (step 19, last progress at " in cause, cause
+    assert "rank 2's stack: File " in cause and "in stuck_in_a_function_of_its_own" in cause, cause
+    print(f"the hung attempt's cause: {cause}")
+    stacks = torchfleet(cluster, "logs", run_id, "--stacks")
+    assert stacks.returncode == 0, stacks.stderr[-2000:]
+    assert f"# {run_id} attempt 0, rank 2\n" in stacks.stdout, stacks.stdout[-3000:]
+    assert "in stuck_in_a_function_of_its_own" in stacks.stdout and "in all_reduce" in stacks.stdout, stacks.stdout
+    for node in NODES:
+        assert left_on(node) == [], node
+
+
+def test_a_hang_without_restarts_ends_the_run_hung_with_its_own_exit_code_and_leaves_nothing(cluster):
+    run_id = f"tf-hung-{uuid.uuid4().hex[:8]}"
+    launched = torchfleet(cluster, "launch", STOPPING, "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
+                          "--hang-timeout", "10", "--", "--stop-rank", "1", "--stop-at", "5")
+    said = " ".join(launched.stderr.split())
+    assert launched.returncode == 123, launched.stdout[-2000:] + said[-3000:]
+    assert f"run {run_id} hung: no rank made progress since " in said and "(hang_timeout 10 s)" in said, said
+    assert f"stopped first: rank 1 on {NODES[1]} (step 4, " in said, said
+    record = runs_json(cluster)[run_id]
+    assert (record["state"], record["hung"]["stopped_first"]) == ("hung", [1]), record
+    for node in NODES:
+        assert left_on(node) == [], node

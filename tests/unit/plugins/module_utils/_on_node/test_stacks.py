@@ -1,0 +1,82 @@
+"""stacks.py: a real rank blocked in C code arms faulthandler through the run's sitecustomize.py
+and gives its stack on the signal; only the run's own armed processes are signalled."""
+
+import os
+import subprocess
+import sys
+import time
+
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import stacks
+
+BLOCKED = """
+import threading
+def stuck_in_my_own_function():
+    threading.Event().wait()  # blocked in C, in a lock, as a rank in a collective
+print("ready", flush=True)
+stuck_in_my_own_function()
+"""
+
+
+def _rank(run_dir, rank, run_id="r1", restart=None):
+    # As the renderer starts a rank: the site beside the runs' directories, the stacks in the run's.
+    log_dir = os.path.dirname(str(run_dir))
+    site = os.path.dirname(stacks.site_file(log_dir))
+    os.makedirs(site, exist_ok=True)
+    with open(stacks.site_file(log_dir), "w", encoding="utf-8") as handle:
+        handle.write(stacks.SITE)
+    env = dict(os.environ, PYTHONPATH=site, RANK=str(rank), TORCHFLEET_RUN_ID=run_id,
+               TORCHFLEET_STACKS_DIR=os.path.join(str(run_dir), stacks.STACKS_DIR))
+    if restart is not None:
+        env["TORCHFLEET_RESTART_COUNT"] = str(restart)
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKED], env=env, stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_a_rank_blocked_in_c_gives_every_threads_stack_and_its_own_function_on_top(tmp_path):
+    ranks = [_rank(tmp_path, 2), _rank(tmp_path, 5, run_id="another-run")]
+    try:
+        taken = stacks.take("r1", str(tmp_path), 0, wait=0.5)
+        assert list(taken) == [2], taken  # the other run's process is not this run's
+        assert "most recent call first" in taken[2] and "in stuck_in_my_own_function" in taken[2], taken[2]
+        top = stacks.top_frames(taken[2])
+        assert top and "in wait" in top[0] and any("stuck_in_my_own_function" in frame for frame in top), top
+        assert all(proc.poll() is None for proc in ranks)  # the signal dumps, never ends a rank
+    finally:
+        for proc in ranks:
+            proc.kill()
+            proc.wait()
+
+
+def test_only_a_process_that_armed_the_handler_is_signalled(tmp_path):
+    # A file whose pid is now a process outside the run (the rank gone, its pid reused) is left
+    # alone: the signal's default action would end that process.
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        where = tmp_path / "stacks" / "attempt_0"
+        where.mkdir(parents=True)
+        (where / f"rank_0.{other.pid}.txt").write_text("")
+        assert stacks.take("r1", str(tmp_path), 0, wait=0.1) == {}
+        time.sleep(0.2)
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_kept_stacks_are_read_by_attempt_and_rank(tmp_path):
+    for attempt, rank in ((0, 2), (0, 10), (1, 0)):
+        where = tmp_path / "stacks" / f"attempt_{attempt}"
+        where.mkdir(parents=True, exist_ok=True)
+        (where / f"rank_{rank}.txt").write_text(f"stack of {rank}")
+    (tmp_path / "stacks" / "attempt_0" / "rank_3.77.txt").write_text("a rank's own dump, not kept")
+    assert stacks.kept_stacks(str(tmp_path)) == {"attempt_0": {2: "stack of 2", 10: "stack of 10"},
+                                                  "attempt_1": {0: "stack of 0"}}
+
+
+def test_the_top_frames_are_the_current_threads():
+    text = ('Thread 0x00007f01 (most recent call first):\n  File "/x/loader.py", line 3 in read\n\n'
+            'Current thread 0x00007f02 (most recent call first):\n  File "/x/t.py", line 9 in stuck\n'
+            '  File "/x/t.py", line 20 in main\n  File "/x/t.py", line 30 in <module>\n  File "/x/t.py", line 31 in x\n')
+    assert stacks.top_frames(text) == ['File "/x/t.py", line 9 in stuck', 'File "/x/t.py", line 20 in main',
+                                       'File "/x/t.py", line 30 in <module>']
