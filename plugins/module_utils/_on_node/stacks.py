@@ -38,6 +38,14 @@ def _arm():
         return
     where = os.path.join(stacks, "attempt_" + os.environ.get("TORCHFLEET_RESTART_COUNT", "0"))
     os.makedirs(where, exist_ok=True)
+    # NCCL's flight recorder on, its dump on NCCL's own timeout beside the stacks, unless the user
+    # set either name of a pair (PyTorch renamed them; both are read).
+    trace = os.path.join(where, "nccl_trace_rank_")
+    for names, value in ((("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"), "2000"),
+                         (("TORCH_NCCL_DUMP_ON_TIMEOUT",), "1"),
+                         (("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), trace)):
+        if not any(name in os.environ for name in names):
+            os.environ.update(dict.fromkeys(names, value))
     handle = open(os.path.join(where, "rank_%s.%d.txt" % (rank, os.getpid())), "w")
     faulthandler.register(signal.SIGRTMIN + 4, file=handle, all_threads=True, chain=False)
     globals()["_torchfleet_stacks"] = handle  # kept open for the handler

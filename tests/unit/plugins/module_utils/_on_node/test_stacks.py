@@ -1,6 +1,7 @@
 """stacks.py: a real rank blocked in C code arms faulthandler through the run's sitecustomize.py
 and gives its stack on the signal; only the run's own armed processes are signalled."""
 
+import json
 import os
 import subprocess
 import sys
@@ -64,14 +65,36 @@ def test_only_a_process_that_armed_the_handler_is_signalled(tmp_path):
         other.wait()
 
 
+def test_a_rank_gets_nccls_flight_recorder_beside_its_stacks_unless_it_set_its_own(tmp_path):
+    log_dir = tmp_path
+    site = os.path.dirname(stacks.site_file(str(log_dir)))
+    os.makedirs(site)
+    with open(stacks.site_file(str(log_dir)), "w", encoding="utf-8") as handle:
+        handle.write(stacks.SITE)
+    show = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('TORCH_')}))"
+    base = {key: value for key, value in os.environ.items() if not key.startswith("TORCH_")}
+    env = dict(base, PYTHONPATH=site, RANK="1", TORCHFLEET_STACKS_DIR=str(tmp_path / "r1" / "stacks"),
+               TORCHFLEET_RESTART_COUNT="2")
+    seen = json.loads(subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True,
+                                     check=True).stdout)
+    trace = str(tmp_path / "r1" / "stacks" / "attempt_2" / "nccl_trace_rank_")
+    assert seen == {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+                    "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_DUMP_TEMP_FILE": trace,
+                    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": trace}
+    env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "0"  # the user's own choice stays, and its pair unset
+    seen = json.loads(subprocess.run([sys.executable, "-c", show], env=env, capture_output=True, text=True,
+                                     check=True).stdout)
+    assert seen["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "0" and "TORCH_FR_BUFFER_SIZE" not in seen
+
+
 def test_the_kept_stacks_are_read_by_attempt_and_rank(tmp_path):
     for attempt, rank in ((0, 2), (0, 10), (1, 0)):
         where = tmp_path / "stacks" / f"attempt_{attempt}"
         where.mkdir(parents=True, exist_ok=True)
         (where / f"rank_{rank}.txt").write_text(f"stack of {rank}")
     (tmp_path / "stacks" / "attempt_0" / "rank_3.77.txt").write_text("a rank's own dump, not kept")
-    assert stacks.kept_stacks(str(tmp_path)) == {"attempt_0": {2: "stack of 2", 10: "stack of 10"},
-                                                  "attempt_1": {0: "stack of 0"}}
+    expected = {"attempt_0": {2: "stack of 2", 10: "stack of 10"}, "attempt_1": {0: "stack of 0"}}
+    assert stacks.kept_stacks(str(tmp_path)) == expected
 
 
 def test_the_top_frames_are_the_current_threads():
