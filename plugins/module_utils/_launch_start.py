@@ -110,9 +110,10 @@ def build(module, request, run_id, run_dir, control_dir=None):
     env_pass, missing = resolve_env_pass(request.env_pass, os.environ, taken)
     plan = plan_for(request, request.nodes, run_id=run_id, run_dir=run_dir, env_pass=env_pass,
                     env_secrets=secret_values, env_set=env_set,
-                    control_path=f"{control_dir}/%C" if control_dir else None, supervised=True)
+                    control_path=f"{control_dir}/%C" if control_dir else None, supervised=True,
+                    site_dir=stacks.site_dir(os.path.expanduser("~")))
     paths = {"run": run_dir, "launcher": os.path.join(run_dir, "launcher.log"),
-             "ranks": plan.log_dir or "", "workers": plan.node_log_dir or ""}
+             "ranks": plan.log_dir or "", "workers": plan.node_log_dir or "", "site": plan.site_dir}
     # The first attempt's world: every node but the spares, which the checks and files still reach.
     left = set(spares([node.name for node in plan.nodes], plan.head, request.spare_nodes))
     try:
@@ -318,7 +319,7 @@ def start_run(module, request, control_dir):
     # {absolute path: base64 content}: the probes hash the decoded bytes and write the text.
     try:
         # With the ranks' sitecustomize.py (stacks.SITE), on every node the launch reaches.
-        files, digests = files_to_place({**request.file_contents, stacks.site_file(request.log_dir): SITE_CONTENT})
+        files, digests = files_to_place({**request.file_contents, stacks.site_file(plan.site_dir): SITE_CONTENT})
     except ValueError as err:
         module.fail_json(msg=f"file_contents: {err}", run_id=run_id)
     slurm = request.scheduler == "slurm"

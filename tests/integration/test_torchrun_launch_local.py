@@ -23,6 +23,8 @@ import pytest
 from local_node import (LIMIT, SCRIPT, Cluster, alive, local_address, module_pid, poll, ppid, rank_file, rank_text, record_of,
                         running, wait_for_ranks)
 
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import stacks
+
 
 @pytest.fixture
 def cluster(tmp_path):
@@ -159,8 +161,10 @@ def test_the_script_is_written_where_it_is_missing_or_stale_and_only_there(clust
     config = cluster.tmp / "scripts" / "config.bin"
     contents = {str(placed): base64.b64encode(SCRIPT.encode()).decode(),
                 str(config): base64.b64encode(bytes(range(256))).decode()}
-    # With the ranks' sitecustomize.py beside the runs (stacks.SITE), which every launch places.
-    placed_all = sorted([*contents, str(cluster.runs_dir / ".torchfleet-site" / "sitecustomize.py")])
+    # With the ranks' sitecustomize.py in the account's home (stacks.SITE), which every launch
+    # places where it is missing or differs (an earlier test's launch may have placed it).
+    site = Path(stacks.site_file(stacks.site_dir(str(Path.home()))))
+    placed_all = sorted([*contents, *([] if site.exists() and site.read_text() == stacks.SITE else [str(site)])])
     args = cluster.args(script=str(placed), file_contents=contents)
     rc, output, would = cluster.run(args, check=True)
     assert rc == 0, output

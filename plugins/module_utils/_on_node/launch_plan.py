@@ -130,11 +130,12 @@ def reads_worker_files(request) -> bool:
 
 
 def plan_for(request, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secrets=(), env_set=None,
-             control_path: str | None = None, supervised: bool = False) -> Plan:
+             control_path: str | None = None, supervised: bool = False, site_dir: str | None = None) -> Plan:
     """The renderer's plan for `request` (a LaunchRequest, or the supervisor's copy of it from
     run.json: every option by its module name) on `nodes` (Node, or their dicts). The environment
     comes resolved by the caller, who alone sees it: names to pass (`env_pass`), secret names, and
-    values to set. `supervised`: the launch module's run, whose follower reads the workers' files
+    values to set. `site_dir`: where the ranks' sitecustomize.py is (stacks.site_dir), for a
+    supervised run. `supervised`: the launch module's run, whose follower reads the workers' files
     where it can; a command rendered for a person to run keeps torchrun's --tee (the output on
     the terminal)."""
     ranks, workers = run_log_dirs(run_dir, request.mode)
@@ -151,9 +152,7 @@ def plan_for(request, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secr
         allow_run_as_root=request.allow_run_as_root, tree_spawn=request.tree_spawn,
         ssh_control_path=control_path, silent_node_timeout=request.silent_node_timeout,
         mpich_launcher=request.mpich_launcher, tee_workers=not (supervised and reads_worker_files(request)),
-        # stacks.SITE_DIR beside the run's directory, stacks.STACKS_DIR in it
-        site_dir=f"{run_dir.rsplit('/', 1)[0]}/.torchfleet-site" if supervised else None,
-        stacks_dir=f"{run_dir}/stacks" if supervised else None,
+        site_dir=site_dir, stacks_dir=f"{run_dir}/stacks" if site_dir else None,  # stacks.STACKS_DIR
     )
 
 
@@ -163,4 +162,5 @@ def plan_of_run(run) -> Plan:
     again (on the nodes that answer, with a port of its own)."""
     return plan_for(run.request, run.request.nodes, run_id=run.run_id, run_dir=run.paths["run"],
                     env_pass=run.env_pass, env_secrets=run.request.env_secrets, env_set=run.env_set,
-                    control_path=f"{run.control_dir}/%C" if run.control_dir else None, supervised=True)
+                    control_path=f"{run.control_dir}/%C" if run.control_dir else None, supervised=True,
+                    site_dir=run.paths.get("site"))

@@ -19,10 +19,8 @@ import signal
 import time
 
 # A real-time signal nothing else of a training stack uses (Slurm and Lightning use SIGUSR1/2).
-STACK_SIGNAL = signal.SIGRTMIN + 4
-# Beside the runs' directories on every node (not in the run's own, which the launch makes only
-# once its checks passed): the ranks' sitecustomize.py, the same for every run.
-SITE_DIR = ".torchfleet-site"
+STACK_SIGNAL_OFFSET = 4
+STACK_SIGNAL = signal.SIGRTMIN + STACK_SIGNAL_OFFSET
 STACKS_DIR = "stacks"  # under the run's directory: attempt_N/rank_R.PID.txt (TORCHFLEET_STACKS_DIR)
 READ_LIMIT = 256 * 1024  # bytes kept of one rank's stacks
 DUMP_WAIT = 2.0  # seconds the ranks have to write their stacks
@@ -47,20 +45,27 @@ def _arm():
         if not any(name in os.environ for name in names):
             os.environ.update(dict.fromkeys(names, value))
     handle = open(os.path.join(where, "rank_%s.%d.txt" % (rank, os.getpid())), "w")
-    faulthandler.register(signal.SIGRTMIN + 4, file=handle, all_threads=True, chain=False)
+    faulthandler.register(signal.SIGRTMIN + STACK_SIGNAL_OFFSET, file=handle, all_threads=True, chain=False)
     globals()["_torchfleet_stacks"] = handle  # kept open for the handler
 try:
     _arm()
 except Exception:  # noqa: BLE001  # a rank runs without it rather than fail
     pass
-'''
+'''.replace("STACK_SIGNAL_OFFSET", str(STACK_SIGNAL_OFFSET))
 
 _FILE = re.compile(r"rank_(\d+)\.(\d+)\.txt$")
 
 
-def site_file(log_dir: str) -> str:
-    """The ranks' sitecustomize.py on every node, beside the runs of `log_dir`."""
-    return os.path.join(log_dir, SITE_DIR, "sitecustomize.py")
+def site_dir(home: str) -> str:
+    """Where the ranks' sitecustomize.py is on every node: in the training account's home, which
+    no other account can write (a log_dir may be shared by every account, and the ranks execute
+    this file), and not in the run's directory, which the launch makes only once its checks
+    passed. The same file for every run."""
+    return os.path.join(home, ".local", "share", "torchfleet", "site")
+
+
+def site_file(where: str) -> str:
+    return os.path.join(where, "sitecustomize.py")
 
 
 def take(run_id: str, run_dir: str, attempt: int, wait: float = DUMP_WAIT) -> dict:

@@ -96,7 +96,7 @@ def test_torchrun_extra_args_reach_torchrun_before_the_script_as_given(tmp_path,
 @pytest.mark.parametrize("mode", ["torchrun", "rank"])
 def test_a_supervised_runs_ranks_find_its_site_first_and_the_users_path_after(tmp_path, fake_program, mode):
     # stacks.SITE arms the dump of the stacks; the user's own PYTHONPATH still follows it.
-    site, stacks = "/r/runs/.torchfleet-site", "/r/runs/run 1/stacks"
+    site, stacks = "/home/trainer/.local/share/torchfleet/site", "/r/runs/run 1/stacks"
     plan = make_plan(mode=mode, torchrun=fake_program, python=fake_program, site_dir=site, stacks_dir=stacks)
     env = {**render(plan).env, "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
            "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}

@@ -19,11 +19,10 @@ stuck_in_my_own_function()
 
 
 def _rank(run_dir, rank, run_id="r1", restart=None):
-    # As the renderer starts a rank: the site beside the runs' directories, the stacks in the run's.
-    log_dir = os.path.dirname(str(run_dir))
-    site = os.path.dirname(stacks.site_file(log_dir))
+    # As the renderer starts a rank: the site in the account's home, the stacks in the run's directory.
+    site = stacks.site_dir(os.path.join(str(run_dir), "home"))
     os.makedirs(site, exist_ok=True)
-    with open(stacks.site_file(log_dir), "w", encoding="utf-8") as handle:
+    with open(stacks.site_file(site), "w", encoding="utf-8") as handle:
         handle.write(stacks.SITE)
     env = dict(os.environ, PYTHONPATH=site, RANK=str(rank), TORCHFLEET_RUN_ID=run_id,
                TORCHFLEET_STACKS_DIR=os.path.join(str(run_dir), stacks.STACKS_DIR))
@@ -66,10 +65,9 @@ def test_only_a_process_that_armed_the_handler_is_signalled(tmp_path):
 
 
 def test_a_rank_gets_nccls_flight_recorder_beside_its_stacks_unless_it_set_its_own(tmp_path):
-    log_dir = tmp_path
-    site = os.path.dirname(stacks.site_file(str(log_dir)))
+    site = stacks.site_dir(str(tmp_path / "home"))
     os.makedirs(site)
-    with open(stacks.site_file(str(log_dir)), "w", encoding="utf-8") as handle:
+    with open(stacks.site_file(site), "w", encoding="utf-8") as handle:
         handle.write(stacks.SITE)
     show = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('TORCH_')}))"
     base = {key: value for key, value in os.environ.items() if not key.startswith("TORCH_")}
