@@ -140,6 +140,16 @@ def judge(beat: float | None, now: float, tolerance: float, dead: tuple | None,
     return NodeState.ALIVE, None
 
 
+def ending_of(verdicts: dict) -> dict:
+    """{name: Verdict} of the nodes that end the attempt: dead, or silent past the tolerance."""
+    return {name: verdict for name, verdict in verdicts.items() if verdict.state in (NodeState.DEAD, NodeState.LOST)}
+
+
+def not_alive_of(verdicts: dict) -> dict:
+    """{name: Verdict} of the nodes dead, lost or silent now."""
+    return {name: verdict for name, verdict in verdicts.items() if verdict.state is not NodeState.ALIVE}
+
+
 class NodeBeat:
     """The beat of one node: its ssh session and the thread that reads it."""
 
@@ -287,13 +297,10 @@ class Liveness:
         return found
 
     def ending(self) -> dict:
-        """{name: Verdict} of the nodes that end the attempt: dead, or silent past the tolerance."""
-        return {name: verdict for name, verdict in self.verdicts().items()
-                if verdict.state in (NodeState.DEAD, NodeState.LOST)}
+        return ending_of(self.verdicts())
 
     def not_alive(self) -> dict:
-        """{name: Verdict} of the nodes dead, lost or silent now."""
-        return {name: verdict for name, verdict in self.verdicts().items() if verdict.state is not NodeState.ALIVE}
+        return not_alive_of(self.verdicts())
 
     def settle(self, seconds: float) -> None:
         """Wait (at most `seconds`) for the nodes whose session just closed to be judged: the

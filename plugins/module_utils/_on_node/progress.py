@@ -16,6 +16,8 @@ import re
 import threading
 import time
 
+from .labels import slot_owner
+
 # Run on each node by the beat (python -S: the standard library alone) and by the head for its
 # own files: each look writes "P SIZE STEP PATH" for every file that grew (STEP: the last mark
 # in what it wrote since, or -). A file not grown is not read.
@@ -107,12 +109,9 @@ class Progress:
             return index * self.nproc + int(found.group(2)), node
         found = _RANK_FILE.search(path)
         if found:
-            rank, filled = int(found.group(1)), 0
-            for name, count in zip(self.nodes, self.slots):
-                filled += count
-                if rank < filled:
-                    return rank, name
-            return rank, None
+            rank = int(found.group(1))
+            index = slot_owner(rank, self.slots)
+            return rank, self.nodes[index] if index is not None else None
         return None
 
     def line(self, line: bytes, now: float | None = None) -> None:

@@ -29,7 +29,7 @@ from . import attempts, report, slurm, stacks
 from .ssh_to_nodes import (PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes,
                            take_stacks)
 from .guardian import start_guardian
-from .liveness import Liveness, NodeState, wall_time
+from .liveness import Liveness, NodeState, ending_of, not_alive_of, wall_time
 from .progress import LocalScan, Progress, patterns
 from .probe import SUPERVISOR_VAR, end_run, read_end
 from .record import STATE_FILE, RunRecord, SupervisorPlan
@@ -199,11 +199,11 @@ class Run:
                                     plan.paths.get("ranks"), index)
                 for index, node in enumerate(self.nodes)}
 
-    def watch(self, progress: Progress | None) -> Liveness:
+    def watch(self, progress: Progress | None, globs: dict) -> Liveness:
         """The beats of the attempt's other nodes (liveness.py), with their ranks' progress."""
         plan = self.plan
         return Liveness([node for node in self.nodes if node.name != plan.head], plan.ssh, plan.request.python,
-                        plan.request.heartbeat_timeout, plan.control_dir, progress=progress, globs=self.globs())
+                        plan.request.heartbeat_timeout, plan.control_dir, progress=progress, globs=globs)
 
     def keep_stacks(self) -> dict:
         """{rank: its stacks} of the attempt's ranks on every node that answers, kept on the head
@@ -287,14 +287,15 @@ class Run:
                              daemon=True).start()
         watching = bool(plan.request.heartbeat_timeout and plan.request.check_nodes and plan.ssh and len(self.nodes) > 1)
         liveness, said_everywhere, local, progress, shown_at, shown = None, False, None, None, 0.0, None
+        globs: dict = {}
         try:
             while True:
                 # A Slurm job's nodes are watched once it runs (they are the allocation's then).
                 if progress is None and (not slurm_job or proc.started):
-                    progress = self.progress()
-                    local = LocalScan(progress, self.globs().get(plan.head, []))
+                    progress, globs = self.progress(), self.globs()
+                    local = LocalScan(progress, globs.get(plan.head, []))
                 if watching and liveness is None and (not slurm_job or proc.started):
-                    liveness = self.watch(progress)
+                    liveness = self.watch(progress, globs)
                 try:
                     proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
                     break
@@ -315,11 +316,12 @@ class Run:
                     end.survivors = stop_launcher(proc, run_id, grace)
                     break
                 end.timed_out = bool(plan.request.launch_timeout) and time.monotonic() - begun >= plan.request.launch_timeout
-                end.ending = liveness.ending() if liveness else {}
+                found = liveness.verdicts() if liveness else {}  # one look a turn, both uses below
+                end.ending = ending_of(found)
                 end.stopped = _Stop.signum  # a stop heard after the launcher's end changes nothing of it
                 if progress is not None:
                     now = time.monotonic()
-                    if liveness is not None and liveness.not_alive():
+                    if not_alive_of(found):
                         progress.not_alive(now)  # a paused or silent node's ranks cannot write
                     end.hung = progress.hung(now) if not end.ending else None
                     if now - shown_at >= PROGRESS_EVERY or end.hung:
