@@ -204,6 +204,8 @@ def end_report(record: dict, head: str) -> tuple[list[str], list[str]]:
                          + [f"{name} out" for name in after.get("left") or []])
         err.append(f"torchfleet: attempt {attempt['attempt']} on {', '.join(attempt['nodes'])} ended "
                    f"{attempt.get('ended')}: {attempt.get('cause')}; restarted{' (' + swap + ')' if swap else ''}")
+    for named in ((record.get("progress") or {}).get("stragglers") or {}).values():
+        err.append(f"torchfleet: straggler: {named}")
     for name, why in (record.get("not_taken_back") or {}).items():
         err.append(f"torchfleet: {name} came back but was not taken back: {why}")
     if record.get("state") not in ("succeeded",):

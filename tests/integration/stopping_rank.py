@@ -1,7 +1,11 @@
 """A run where one rank stops: every rank marks each step (TORCHFLEET_STEP N), then all-reduces
 over gloo. On the first attempt, the rank named by --stop-rank blocks at --stop-at in a function
 of its own before marking that step; the others mark it and wait for it in the all_reduce (gloo's
-30-minute timeout), as the ranks of a real hang wait. A restart runs to its end."""
+30-minute timeout), as the ranks of a real hang wait. A restart runs to its end.
+
+With --for-seconds, every rank steps apart from the others for that long (no collective until
+the end), the rank named by --slow-rank four times slower: a straggler; then, with --quiet-for,
+rank 0 writes nothing for that long (an evaluation, a checkpoint) while the others wait for it."""
 
 import argparse
 import os
@@ -22,9 +26,15 @@ def main():
     parser.add_argument("--sleep", type=float, default=0.2, help="seconds between two steps")
     parser.add_argument("--stop-rank", type=int, default=None)
     parser.add_argument("--stop-at", type=int, default=20)
+    parser.add_argument("--for-seconds", type=float, default=None)
+    parser.add_argument("--slow-rank", type=int, default=None)
+    parser.add_argument("--quiet-for", type=float, default=0.0)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if args.for_seconds:
+        step_apart(rank, args)
+        return
     first = os.environ.get("TORCHFLEET_RESTART_COUNT", "0") == "0"
     for step in range(1, args.steps + 1):
         if first and rank == args.stop_rank and step == args.stop_at:
@@ -34,6 +44,21 @@ def main():
         dist.all_reduce(total)
         time.sleep(args.sleep)
     print(f"STOPPING_RANK_DONE rank={rank} steps={args.steps}", flush=True)
+    dist.destroy_process_group()
+
+
+def step_apart(rank, args):
+    sleep = args.sleep * (4 if rank == args.slow_rank else 1)
+    step, end = 0, time.monotonic() + args.for_seconds
+    while time.monotonic() < end:
+        step += 1
+        print(f"TORCHFLEET_STEP {step}", flush=True)
+        time.sleep(sleep)
+    if rank == 0:
+        time.sleep(args.quiet_for)
+    dist.barrier()
+    print(f"TORCHFLEET_STEP {step + 1}", flush=True)
+    print(f"STEPPED_APART rank={rank} steps={step}", flush=True)
     dist.destroy_process_group()
 
 

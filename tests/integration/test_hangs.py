@@ -1,11 +1,13 @@
 """Runs that hang on three real containers, with real mpirun, torchrun and gloo: a rank that
 blocks in a function of its own while the others wait for it in an all_reduce. The supervisor
 sees no progress while every node is alive, takes every rank's stack, ends the attempt and
-restarts it, or ends the run hung.
+restarts it, or ends the run hung. And a rank stepping four times slower than the others is named
+a straggler, while the run goes on and at its end; a run then quiet for 90 s is not hung.
 
 The cluster is the session's shared one; test_faults' `restored` fixture leaves no run behind.
 """
 
+import re
 import time
 import uuid
 
@@ -63,3 +65,34 @@ def test_a_hang_without_restarts_ends_the_run_hung_with_its_own_exit_code_and_le
     assert (record["state"], record["hung"]["stopped_first"]) == ("hung", [1]), record
     for node in NODES:
         assert left_on(node) == [], node
+
+
+def test_a_straggler_is_named_in_status_and_at_the_end_and_90_s_of_quiet_is_not_a_hang(cluster):
+    run_id = f"tf-slow-{uuid.uuid4().hex[:8]}"
+    launched = torchfleet(cluster, "launch", STOPPING, "-e", "nproc_per_node=1", "-e", f"run_id={run_id}", "--detach",
+                          "--", "--for-seconds", "45", "--slow-rank", "1", "--quiet-for", "90")
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    deadline, shown = time.monotonic() + 120, ""
+    while "straggler:" not in shown and time.monotonic() < deadline:
+        shown = torchfleet(cluster, "status", run_id).stdout
+        time.sleep(2)
+    assert f"  straggler: rank 1 on {NODES[1]}: " in shown, shown
+    assert "rank 0" not in shown.split("straggler:", 1)[1] and "rank 2" not in shown.split("straggler:", 1)[1], shown
+    print(shown)
+    # Then every rank is quiet for 90 s (rank 0 "evaluates", the others wait for it): the default
+    # timeout (600 s at least) neither ends it nor calls it stalled.
+    deadline, newest = time.monotonic() + 150, 0
+    while newest < 70 and time.monotonic() < deadline:
+        shown = torchfleet(cluster, "status", run_id).stdout
+        found = re.search(r"progress: +newest (\d+) s ago; hung after (\d+) s without", shown)
+        newest = int(found.group(1)) if found else 0
+        time.sleep(5)
+    assert newest >= 70 and "stalled?" not in shown and re.search(r"\nstate: +running\n", shown), shown
+    print(shown)
+    waited = torchfleet(cluster, "wait", run_id)
+    assert waited.returncode == 0, waited.stdout[-2000:] + waited.stderr[-3000:]
+    said = " ".join(waited.stderr.split())
+    assert f"torchfleet: straggler: rank 1 on {NODES[1]}: " in said and "steps/s over its last 30 s" in said, said
+    assert said.count("straggler:") == 1, said
+    record = runs_json(cluster)[run_id]
+    assert (record["state"], record["restarts"], record.get("hung")) == ("succeeded", 0, None), record

@@ -116,7 +116,7 @@ def progress_lines(progress: dict, now: float) -> list[str]:
     lines = [head + (" (stalled?)" if half and newest > half else "")]
     ranks = progress["ranks"]
     if len(ranks) <= PER_RANK_UP_TO:
-        rows = [(f"rank {rank} on {entry.get('node') or '?'}", ages[rank], entry.get("step"))
+        rows = [(f"rank {rank} on {entry.get('node') or '?'}", ages[rank], entry)
                 for rank, entry in sorted(ranks.items(), key=lambda item: int(item[0]))]
     else:
         oldest: dict = {}
@@ -124,11 +124,13 @@ def progress_lines(progress: dict, now: float) -> list[str]:
             node = entry.get("node") or "?"
             if node not in oldest or ages[rank] > ages[oldest[node]]:
                 oldest[node] = rank
-        rows = [(f"{node} (rank {rank}, its oldest)", ages[rank], ranks[rank].get("step"))
+        rows = [(f"{node} (rank {rank}, its oldest)", ages[rank], ranks[rank])
                 for node, rank in sorted(oldest.items())]
-    for what, age, step in rows:
+    for what, age, entry in rows:
+        step, rate = entry.get("step"), entry.get("rate")
         lines.append(f"  {what}: {age:.0f} s ago{f', step {step}' if step is not None else ''}"
-                     f"{'  stalled?' if half and age > half else ''}")
+                     f"{f', {rate} steps/s' if rate is not None else ''}{'  stalled?' if half and age > half else ''}")
+    lines += [f"  straggler: {named}" for named in (progress.get("stragglers") or {}).values()]
     return lines
 
 

@@ -7,6 +7,12 @@ second and says which grew (SCAN); the head looks at its own the same way (Local
 is hung when no rank has made progress for hang_timeout while every node is alive: a silent or
 paused node stops the clock, since its ranks could not have written (liveness says when that
 node is lost). The default timeout is learned from the run (learned_timeout).
+
+A straggler is a rank whose marks show it stepping clearly slower than the others: over its last
+STRAGGLER_WINDOW s of marks, under STRAGGLER_RATIO of the median rate of the other ranks. Ranks in
+lockstep (a collective each step) all step at the slowest one's rate, so none is named there: the
+rule names the slow rank of a run whose ranks step apart (asynchronous work, collectives every
+many steps, independent workers).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import os
 import re
 import threading
 import time
+from collections import deque
 
 from .labels import slot_owner
 
@@ -58,6 +65,9 @@ HANG_FLOOR = 600
 HANG_FACTOR = 3
 STOPPED_FIRST_WITHIN = 1.0  # seconds: the ranks whose last progress is this close to the oldest
 NAMED = 4  # ranks named in a sentence, at most
+STRAGGLER_WINDOW = 30.0  # seconds of a rank's marks its step rate is judged over
+STRAGGLER_RATIO = 0.5  # a rank under this fraction of the others' median rate is a straggler
+STRAGGLER_MIN_STEPS = 10  # the others' median must make this many steps in a window to judge
 
 _TORCHRUN_FILE = re.compile(r"/node(\d+)/[^/]+/attempt_\d+/(\d+)/std(?:out|err)\.log$")
 _RANK_FILE = re.compile(r"/rank\.(\d+)/std(?:out|err)$")
@@ -83,10 +93,26 @@ def learned_timeout(longest_gap: float) -> float:
 
 
 class RankProgress:
-    """One rank's last progress: when (monotonic), its node, the last step it marked."""
+    """One rank's last progress: when (monotonic), its node, the last step it marked, and its
+    marks of the last window (the first one at or before the window's start)."""
 
     def __init__(self, node: str | None):
         self.node, self.last, self.step = node, None, None
+        self.marks: deque = deque()  # (monotonic, step)
+
+    def marked(self, step: int, now: float) -> None:
+        self.marks.append((now, step))
+        while len(self.marks) > 1 and self.marks[1][0] <= now - STRAGGLER_WINDOW:
+            self.marks.popleft()
+
+    def rate(self) -> float | None:
+        """Steps a second over the rank's last STRAGGLER_WINDOW s of marks (up to its newest, so a
+        rank that ended keeps the rate it had); None before it has marked for a window, or where
+        its count went back (a new epoch counting from 0)."""
+        if len(self.marks) < 2 or self.marks[0][0] > self.marks[-1][0] - STRAGGLER_WINDOW:
+            return None
+        steps = self.marks[-1][1] - self.marks[0][1]
+        return steps / STRAGGLER_WINDOW if steps >= 0 else None
 
 
 class Progress:
@@ -99,6 +125,7 @@ class Progress:
         self.latest: float | None = None  # the newest progress of any rank
         self.longest_gap = 0.0
         self.paused_until: float | None = None  # the last moment a node was not alive
+        self.stragglers: dict[int, tuple[float, float]] = {}  # rank: (its rate, the others'), once judged
         self.lock = threading.Lock()
 
     def rank_of(self, path: str) -> tuple[int, str | None] | None:
@@ -132,6 +159,7 @@ class Progress:
             entry.last = now
             if step is not None:
                 entry.step = step
+                entry.marked(step, now)
             if self.latest is not None:
                 self.longest_gap = max(self.longest_gap, now - self.latest)
             self.latest = now if self.latest is None else max(self.latest, now)
@@ -170,18 +198,39 @@ class Progress:
         oldest = min(entry.last for entry in self.ranks.values())
         return sorted(rank for rank, entry in self.ranks.items() if entry.last - oldest <= STOPPED_FIRST_WITHIN)
 
+    def judge_stragglers(self) -> None:
+        """Name (and keep named, with its latest figures) each rank stepping under STRAGGLER_RATIO
+        of the median rate of the others, where that median makes STRAGGLER_MIN_STEPS a window."""
+        rates = {rank: rate for rank, entry in self.ranks.items() if (rate := entry.rate()) is not None}
+        for rank, rate in rates.items():
+            others = sorted(value for other, value in rates.items() if other != rank)
+            if not others:
+                continue
+            middle = len(others) // 2
+            median = others[middle] if len(others) % 2 else (others[middle - 1] + others[middle]) / 2
+            if median * STRAGGLER_WINDOW >= STRAGGLER_MIN_STEPS and rate < STRAGGLER_RATIO * median:
+                self.stragglers[rank] = (rate, median)
+
     def shown(self, wall) -> dict:
         """{hang_after: the seconds allowed now (None: never), ranks: {rank: {node, last (the
-        head's clock), step}}} for the record: `wall` turns a monotonic time into the head's clock.
-        {} before the first progress."""
+        head's clock), step, rate (steps/s)}}, stragglers: {rank: sentence}} for the record: `wall`
+        turns a monotonic time into the head's clock. {} before the first progress."""
         allowed = self.allowed()
         with self.lock:
             if not self.ranks:
                 return {}
-            return {"hang_after": None if allowed is None else round(allowed),
-                    "ranks": {str(rank): {"node": entry.node, "last": wall(entry.last),
-                                          **({"step": entry.step} if entry.step is not None else {})}
-                              for rank, entry in sorted(self.ranks.items())}}
+            self.judge_stragglers()
+            shown = {"hang_after": None if allowed is None else round(allowed),
+                     "ranks": {str(rank): {"node": entry.node, "last": wall(entry.last),
+                                           **({"step": entry.step} if entry.step is not None else {}),
+                                           **({"rate": round(rate, 2)} if (rate := entry.rate()) is not None else {})}
+                               for rank, entry in sorted(self.ranks.items())}}
+            if self.stragglers:
+                shown["stragglers"] = {
+                    str(rank): f"rank {rank} on {self.ranks[rank].node or '?'}: {rate:.2f} steps/s over its "
+                               f"last {STRAGGLER_WINDOW:.0f} s, the others {median:.2f} (their median)"
+                    for rank, (rate, median) in sorted(self.stragglers.items())}
+            return shown
 
     def named(self, ranks: list[int], wall) -> str:
         """The ranks as a sentence names them: rank 2 on node2 (step 19, last progress at T)."""

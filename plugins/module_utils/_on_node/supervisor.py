@@ -365,6 +365,8 @@ class Run:
                 liveness.close()
             if local is not None:
                 local.close()
+        if progress is not None and (last := progress.shown(wall_time) or None) != shown:
+            self.keeper.update(progress=last)  # the stragglers named at the end are the end report's
         if end.hung:  # the ranks named, with the top of their stacks, while the attempt's progress is at hand
             taken = end.hung.pop("stacks", None) or {}
             top = {rank: stacks.top_frames(taken[rank]) for rank in end.hung["stopped_first"] if rank in taken}

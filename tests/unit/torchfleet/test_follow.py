@@ -110,6 +110,9 @@ def test_end_report_names_the_cause_and_quotes_the_failing_log():
     assert err[1] == "torchfleet: the last lines of /runs/r/workers/x/attempt_0/0/stderr.log on n2:"
     assert err[2] == "  ModuleNotFoundError: No module named 'sympy'"
     assert follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0}, "n0")[1] == []
+    named = {"stragglers": {"1": "rank 1 on n1: 0.50 steps/s over its last 30 s, the others 2.00 (their median)"}}
+    assert follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0, "progress": named}, "n0")[1] == [
+        "torchfleet: straggler: rank 1 on n1: 0.50 steps/s over its last 30 s, the others 2.00 (their median)"]
 
 
 def test_end_report_names_each_attempts_end_the_swaps_and_the_nodes_not_taken_back():

@@ -38,3 +38,12 @@ def test_status_shows_each_ranks_progress_age_and_marks_a_stall_past_half_the_ti
 def test_status_shows_many_ranks_per_node_by_its_oldest_rank():
     lines = progress_lines(_progress([1] * 20 + [50, 1]), 1_000_000.0)
     assert len(lines) == 1 + 11 and "  n10 (rank 20, its oldest): 50 s ago  stalled?" in lines, lines
+
+
+def test_status_shows_each_ranks_step_rate_and_names_the_stragglers():
+    progress = _progress([1, 1], steps=[90, 30])
+    progress["ranks"]["0"]["rate"], progress["ranks"]["1"]["rate"] = 2.0, 0.5
+    progress["stragglers"] = {"1": "rank 1 on n0: 0.50 steps/s over its last 30 s, the others 2.00 (their median)"}
+    lines = progress_lines(progress, 1_000_000.0)
+    assert lines[1:] == ["  rank 0 on n0: 1 s ago, step 90, 2.0 steps/s", "  rank 1 on n0: 1 s ago, step 30, 0.5 steps/s",
+                         "  straggler: rank 1 on n0: 0.50 steps/s over its last 30 s, the others 2.00 (their median)"]

@@ -65,6 +65,44 @@ def test_the_default_is_learned_from_the_longest_gap_with_a_floor():
     assert quick.allowed() == pg.HANG_FLOOR and quick.hung(90.0 + pg.HANG_FLOOR - 1) is None
 
 
+def _marking(progress, rates, last, first=0):
+    """Each rank (one a node) marks every second from `first` to `last`, at its rate."""
+    for tick in range(int(first), int(last) + 1):
+        for rank, rate in enumerate(rates):
+            progress.saw(f"/w/node{rank}/x/attempt_0/0/stdout.log", int(rate * tick), float(tick))
+
+
+def test_a_rank_stepping_under_half_the_others_median_is_a_straggler_once_judged_over_a_window():
+    progress = _progress(nproc=1)
+    _marking(progress, [2.0, 0.5, 2.0], pg.STRAGGLER_WINDOW - 1)
+    assert "stragglers" not in progress.shown(str)  # not a whole window of marks yet
+    _marking(progress, [2.0, 0.5, 2.0], pg.STRAGGLER_WINDOW + 10, first=pg.STRAGGLER_WINDOW)
+    shown = progress.shown(str)
+    assert shown["stragglers"] == {"1": "rank 1 on n1: 0.50 steps/s over its last 30 s, the others 2.00 (their median)"}
+    assert [shown["ranks"][rank]["rate"] for rank in "012"] == [2.0, 0.5, 2.0]
+
+
+def test_ranks_in_lockstep_slow_ranks_and_counts_that_go_back_name_no_straggler():
+    for rates in ([1.0, 1.0, 1.0], [0.2, 0.05, 0.2], [2.0, 1.2, 2.0]):  # lockstep; too few steps; not under half
+        progress = _progress(nproc=1)
+        _marking(progress, rates, 2 * pg.STRAGGLER_WINDOW)
+        assert "stragglers" not in progress.shown(str), rates
+    progress = _progress(nproc=1)
+    _marking(progress, [2.0, 2.0, 2.0], 2 * pg.STRAGGLER_WINDOW)
+    progress.saw("/w/node1/x/attempt_0/0/stdout.log", 0, 2 * pg.STRAGGLER_WINDOW + 1)  # its next epoch from 0
+    assert "stragglers" not in progress.shown(str) and "rate" not in progress.shown(str)["ranks"]["1"]
+
+
+def test_a_rank_that_ended_keeps_the_rate_it_had_and_a_straggler_stays_named():
+    progress = _progress(nproc=1)
+    _marking(progress, [2.0, 0.5, 2.0], 2 * pg.STRAGGLER_WINDOW)
+    assert "1" in progress.shown(str)["stragglers"]
+    for tick in range(1, 40):  # ranks 0 and 2 have ended; rank 1 goes on, faster now
+        progress.saw("/w/node1/x/attempt_0/0/stdout.log", 30 + 3 * tick, 2 * pg.STRAGGLER_WINDOW + tick)
+    shown = progress.shown(str)
+    assert shown["ranks"]["0"]["rate"] == 2.0 and set(shown["stragglers"]) == {"1"}
+
+
 def test_the_scan_reports_growth_a_carriage_return_redraw_and_the_last_step_mark(tmp_path):
     rank = tmp_path / "workers" / "node1" / "tf-r" / "attempt_0" / "0"
     rank.mkdir(parents=True)
