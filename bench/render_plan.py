@@ -18,15 +18,16 @@ from benchlib import REPO, commit  # bench/ is the script's directory, first on 
 sys.path.insert(0, str(REPO / ".collections"))
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan  # noqa: E402
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_request import LaunchRequest  # noqa: E402
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render  # noqa: E402
 
 
 def plan(nodes):
     first = ipaddress.IPv4Address("10.0.0.1")
     members = tuple(Node(name=f"gpu{i:05d}", address=str(first + i), slots=8, interface="ib0") for i in range(nodes))
-    return Plan(nodes=members, head=members[0].name, script="/shared/train.py", run_id="bench",
-                hostfile_path="/tmp/hostfile", script_args=("--epochs", "3"), env_pass=("WANDB_PROJECT",),
-                env_secrets=("WANDB_API_KEY",))
+    request = LaunchRequest(head=members[0].name, script="/shared/train.py", script_args=["--epochs", "3"])
+    return Plan(request=request, nodes=members, run_id="bench", hostfile_path="/tmp/hostfile",
+                env_pass=("WANDB_PROJECT",), env_secrets=("WANDB_API_KEY",))
 
 
 def main():

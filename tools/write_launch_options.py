@@ -4,10 +4,10 @@ launch.yml maps, the role variables validate.yml hands the request check, the ar
 passes the torchrun_launch module, and the module's option documentation (the doc fragment
 plugins/doc_fragments/torchrun_launch_options.py). The parts of playbooks and tasks it writes are
 the blocks between their BEGIN/END lines: written out, as a lookup or a query of every variable
-costs each launch time.
+costs each launch time. And the typed launch request's fields (_on_node/launch_request.py).
 
     python tools/write_launch_options.py          # write them
-    python tools/write_launch_options.py --check  # `make lint`: fail naming the files out of date
+    python tools/write_launch_options.py --check  # `make check`: fail naming the files out of date
 
 Add or change a launch option in the table, then run this; never edit those parts by hand.
 """
@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / ".collections"))
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_specs import (  # noqa: E402
     module_arguments, module_documentation, role_options, short_names)
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_option_specs as specs  # noqa: E402
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import BY_NAME, CHECKED_OPTIONS  # noqa: E402
 
 ROLE = ROOT / "roles" / "launch"
@@ -31,7 +32,12 @@ DEFAULTS = ROLE / "defaults" / "main.yml"
 PLAYBOOK = ROOT / "playbooks" / "launch.yml"
 VALIDATE = ROLE / "tasks" / "validate.yml"
 RUN = ROLE / "tasks" / "run.yml"
+STATE_TASKS = {"restarted": ROLE / "tasks" / "restart.yml", "stopped": ROLE / "tasks" / "stop.yml"}
 FRAGMENT = ROOT / "plugins" / "doc_fragments" / "torchrun_launch_options.py"
+REQUEST = ROOT / "plugins" / "module_utils" / "_on_node" / "launch_request.py"
+VARIABLES = ROOT / "docs" / "variables.md"
+TABLE_BEGIN = "<!-- BEGIN launch options written by tools/write_launch_options.py: do not edit -->\n"
+TABLE_END = "<!-- END launch options -->\n"
 WRITER = "tools/write_launch_options.py from the option table in plugins/module_utils/_launch_options.py"
 BEGIN = "      # BEGIN names written by tools/write_launch_options.py: do not edit\n"
 END = "      # END names\n"
@@ -51,6 +57,10 @@ FRAGMENT_HEAD = (
     "from __future__ import annotations\n\n\n"
     "class ModuleDocFragment:  # pylint: disable=too-few-public-methods\n")
 RUN_WIDTH = 120  # run.yml's: a longer value is folded onto a line of its own
+FIELDS_BEGIN = "    # BEGIN fields written by tools/write_launch_options.py: do not edit\n"
+FIELDS_END = "    # END fields\n"
+# The request's field type of each table type (a list's by its elements).
+ANNOTATIONS = {"str": "str", "path": "str", "int": "int", "bool": "bool", "dict": "dict[str, Any]"}
 
 
 def _yaml(data, indent: int) -> str:
@@ -178,9 +188,71 @@ def run_text() -> str:
     return _between(RUN, ARGUMENTS_BEGIN, ARGUMENTS_END, "".join(lines))
 
 
+def _field(option) -> str:
+    kind = f"list[{ANNOTATIONS.get(option.elements, 'Any')}]" if option.type == "list" else ANNOTATIONS[option.type]
+    if option.default is None:
+        return f"    {option.name}: {kind} | None = None\n"
+    if isinstance(option.default, (list, dict)):
+        if option.default:
+            raise SystemExit(f"{option.name}: a list or mapping default must be empty, for the request's field")
+        return f"    {option.name}: {kind} = field(default_factory={type(option.default).__name__})\n"
+    default = json.dumps(option.default) if isinstance(option.default, str) else repr(option.default)
+    return f"    {option.name}: {kind} = {default}\n"
+
+
+def request_text() -> str:
+    """launch_request.py's LaunchRequest: a typed field per module option, at the table's default."""
+    return _between(REQUEST, FIELDS_BEGIN, FIELDS_END, "".join(_field(option) for option in specs.OPTIONS if option.module))
+
+
+def _text(description) -> str:
+    return description if isinstance(description, str) else " ".join(description)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def variables_text() -> str:
+    """docs/variables.md's table of every launch option a user sets: the short name typed with -e,
+    the role's variable, the torchfleet flag, the default and what it means."""
+    by_role = {option.role_name: option for option in specs.OPTIONS if option.role_name}
+    rows = ["| `-e` name | role variable | flag | default | meaning |\n", "|---|---|---|---|---|\n"]
+    for name, (spec, default) in role_options().items():
+        option = by_role[name]
+        flags = ", ".join(sorted({f"`{command} --{option.name.replace('_', '-')}`" for command, _help in option.cli}))
+        shown = "(computed)" if isinstance(default, str) and "{{" in default else f"`{json.dumps(default)}`"
+        choices = f" One of {', '.join(f'`{choice}`' for choice in spec['choices'])}." if spec.get("choices") else ""
+        rows.append(f"| {f'`{option.short}`' if option.short else ''} | `{name}` | {flags} | {shown} | "
+                    f"{_cell(_text(spec['description']))}{choices} |\n")
+    return _between(VARIABLES, TABLE_BEGIN, TABLE_END, "".join(rows))
+
+
+def state_text(state: str) -> str:
+    """restart.yml or stop.yml with the module's arguments of that state: the state, and each
+    option the table passes it too (also_for), as run.yml passes it; in every task of the file."""
+    lines = [f"    state: {state}\n"]
+    for option in specs.OPTIONS:
+        if state in option.also_for:
+            lines.append(_argument(option.name, option.module_arg))
+    path, text = STATE_TASKS[state], ""
+    rest = path.read_text()
+    while ARGUMENTS_BEGIN in rest:  # every task of the file
+        start = rest.index(ARGUMENTS_BEGIN) + len(ARGUMENTS_BEGIN)
+        if ARGUMENTS_END not in rest[start:]:
+            break
+        text += rest[:start] + "".join(lines)
+        rest = rest[rest.index(ARGUMENTS_END, start):]
+    if not text:
+        raise SystemExit(f"{_shown(path)} needs lines {ARGUMENTS_BEGIN.strip()!r} and {ARGUMENTS_END.strip()!r} "
+                         f"around each module's arguments that {WRITER} writes")
+    return text + rest
+
+
 def main(argv: list[str]) -> int:
     wanted = {SPEC: spec_text(), DEFAULTS: defaults_text(), PLAYBOOK: playbook_text(), VALIDATE: validate_text(),
-              RUN: run_text(), FRAGMENT: fragment_text()}
+              RUN: run_text(), FRAGMENT: fragment_text(), REQUEST: request_text(),
+              VARIABLES: variables_text(), **{path: state_text(state) for state, path in STATE_TASKS.items()}}
     stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
     if "--check" in argv:
         for path in stale:

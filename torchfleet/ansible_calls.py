@@ -19,6 +19,7 @@ import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from torchfleet.collection import checkout, collections_path, state_home
 
@@ -73,7 +74,7 @@ class HostState:
 @dataclass
 class Progress:
     """Follows the event stream: a live line per host on a terminal, plain lines otherwise."""
-    stream: object = sys.stderr
+    stream: TextIO = sys.stderr
     live: bool = False
     verbose: int = 0
     hosts: dict[str, HostState] = field(default_factory=dict)

@@ -131,7 +131,9 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
     proc = subprocess.Popen([*head.ssh, command], stdin=subprocess.DEVNULL if password is None else subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.stdout is not None  # a pipe, as asked
     if password is not None:  # sudo -S reads it first; the follower reads no stdin
+        assert proc.stdin is not None  # a pipe, with a password
         try:
             proc.stdin.write(password.encode() + b"\n")
             proc.stdin.close()

@@ -141,7 +141,7 @@ def head_name(hosts: list[str], hostvars: dict, extra: dict) -> str | None:
 def head_account(hosts: list[str], hostvars: dict, extra: dict, group: str = "cluster") -> tuple[str, str, str]:
     """(the head, its training account, the runs' directory), from the inventory and -e."""
     name = head_name(hosts, hostvars, extra)
-    if name not in hostvars:
+    if name is None or name not in hostvars:
         raise InventoryError(f"torchfleet_head {name!r} is not in group {group} of the inventory")
     first = hostvars[hosts[0]]
     user = str(extra.get("cluster_user_name") or first.get("cluster_user_name") or "torchfleet")

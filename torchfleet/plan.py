@@ -17,7 +17,7 @@ from torchfleet.inventory import head_name, read_facts
 
 
 def as_bool(value) -> bool:
-    return str(value).lower() in ("true", "yes", "1", "on")
+    return module_util("_launch_request").truthy(value)
 
 
 def _as_int(value, what: str) -> int:
@@ -44,10 +44,10 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     except lr.RequestError as error:
         raise RenderError(str(error)) from None
     nproc = request.pop("nproc_per_node", "auto")
-    facts = {host: read_facts(cache_dir, host) for host in hosts}
+    facts = {host: read_facts(cache_dir, host) or {} for host in hosts}
     ready = bool(hosts) and all(f and f.get("preflight_net") for f in facts.values())
     source = "facts" if ready else "inventory"
-    head_facts = (facts.get(head) or {}) if ready else {}
+    head_facts = (facts.get(head or "") or {}) if ready else {}
     interface = extra.get("interface")
 
     nodes = []
@@ -109,8 +109,8 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
         # Inside an allocation: output in the job's own file, the script where the job starts,
         # the environment's tools from the facts where setup cached them (else from PATH).
         plan = module_util("_on_node.batch_script").for_allocation(
-            dataclasses.replace(plan, script=script, log_dir=None, node_log_dir=None,
-                                allow_run_as_root=False),
+            dataclasses.replace(plan, request=plan.request.with_changes(script=script, allow_run_as_root=False),
+                                log_dir=None, node_log_dir=None),
             batch_format, batch_nodes, slots)
     return plan, source
 
@@ -124,9 +124,9 @@ def render(plan):
 
 def as_json(plan, rendered, source: str) -> dict:
     return {"argv": rendered.argv, "command": rendered.command, "hostfile": rendered.hostfile,
-            "nodes": list(rendered.nodes), "head": plan.head, "run_id": plan.run_id,
-            "nproc_per_node": plan.nproc_per_node or plan.nodes[0].slots if plan.mode != "rank" else None,
-            "world_size": rendered.world_size, "mode": plan.mode,
+            "nodes": list(rendered.nodes), "head": plan.request.head, "run_id": plan.run_id,
+            "nproc_per_node": plan.request.nproc_per_node or plan.nodes[0].slots if plan.request.mode != "rank" else None,
+            "world_size": rendered.world_size, "mode": plan.request.mode,
             "env": rendered.display_env, "per_node_env": rendered.per_node_env, "source": source}
 
 
@@ -135,7 +135,7 @@ def as_text(plan, rendered, source: str) -> str:
     account: the hostfile written, the launcher's environment exported, then the command."""
     inherited, secret = list(rendered.inherit), list(rendered.secrets)
     directory = os.path.dirname(plan.hostfile_path)
-    lines = [f"# On the head ({plan.head}), as the training account: the hostfile, the environment, the command.",
+    lines = [f"# On the head ({plan.request.head}), as the training account: the hostfile, the environment, the command.",
              f"mkdir -p {shlex.quote(directory)}",
              f"cat > {shlex.quote(plan.hostfile_path)} <<'EOF'", rendered.hostfile.rstrip("\n"), "EOF"]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in rendered.env.items()]

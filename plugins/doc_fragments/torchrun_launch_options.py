@@ -161,6 +161,13 @@ options:
       holds the cluster's private key, so the head starts every daemon (C(plm_rsh_no_tree_spawn)).
     type: bool
     default: false
+  bind_to:
+    description: "How the launcher binds each process it starts: C(--bind-to) of Open MPI's mpirun,
+      C(-bind-to) of MPICH's Hydra. V(none) leaves every core to every process. In torchrun and
+      mpich modes the process bound is each node's torchrun, and its workers inherit the binding."
+    type: str
+    choices: [none, core, socket, numa]
+    default: none
   share_nodes:
     description: Launch even where another account's torchfleet run is alive on the nodes. Every
       launch announces its run on the run board of each of its nodes (C(/var/lib/torchfleet/board),

@@ -20,7 +20,8 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.slurm 
     SlurmError, check_name, check_time_limit)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (
     LIST_OPTIONS, OPTIONS, RESTART_OPTIONS)
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import port_problem, uses_pals
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import truthy
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.liveness import SILENT_AFTER
 
 EXAMPLE_LISTS = {option.name: list(option.example) for option in OPTIONS if option.example}
@@ -42,14 +43,6 @@ def nproc_problem(value) -> str | None:
     if nproc != "auto" and not re.fullmatch(r"[1-9][0-9]*", nproc):
         return (f"nproc_per_node is '{nproc}': give auto (the GPU count) or a whole number of workers "
                 f"per node, such as 2.")
-    return None
-
-
-def port_problem(value) -> str | None:
-    port = str(value)
-    if not (port.isdigit() and 1024 <= int(port) <= 65535):
-        return (f"master_port is '{port}': give the rendezvous port on the head as a number "
-                f"from 1024 to 65535 (default {DEFAULT_PORT}).")
     return None
 
 
@@ -98,8 +91,7 @@ def _shape_problem(request: dict) -> str | None:
 
 
 def by_pals(request: dict) -> bool:
-    """Cray PALS starts the nodes' processes itself: Ansible copies the files, not the module."""
-    return request["mode"] == "mpich" and request.get("mpich_launcher") == "pals"
+    return uses_pals(request["mode"], request.get("mpich_launcher"))
 
 
 def _start_problems(request: dict) -> list[str]:
@@ -119,6 +111,14 @@ def _start_problems(request: dict) -> list[str]:
     problems += [said for said in (port_problem(request["master_port"]),
                                    heartbeat_problem(request.get("heartbeat_timeout", 0)),
                                    hang_problem(request.get("hang_timeout", "auto"))) if said]
+    if request.get("bind_to", "none") != "none" and by_pals(request):
+        problems.append(f"bind_to is {request['bind_to']}, but through Cray PALS torchfleet starts each node's "
+                        f"torchrun with --cpu-bind none, and PALS's binding is not mpirun's: leave bind_to at none.")
+    elif request.get("bind_to") == "core" and request["mode"] != "rank":
+        problems.append(f"bind_to is core, but in {request['mode']} mode mpirun starts one torchrun per node and "
+                        f"its workers inherit the binding: every worker of a node would share one core. Use "
+                        f"bind_to=socket or numa, or launch_mode=rank (one process a worker), or leave bind_to "
+                        f"at none.")
     if not re.match(r"[/~]", request["log_dir"]):
         problems.append(f"log_dir is '{request['log_dir']}': give an absolute path on the nodes, or one "
                         f"under the training account's home such as ~/torchfleet/runs (a relative path "
@@ -187,7 +187,7 @@ def _scheduler_problems(request: dict) -> list[str]:
         given = [f"slurm_{key}" for key, value in slurm.items() if value not in ("", None, 0, "0")]
         return [f"{', '.join(given)} given without -e scheduler=slurm: add it to launch through Slurm, "
                 f"or remove them."] if given else []
-    problems = _slurm_conflicts(request["mode"], str(request.get("tree_spawn")).lower() in ("true", "yes", "1"),
+    problems = _slurm_conflicts(request["mode"], truthy(request.get("tree_spawn")),
                                 "launch_mode")
     try:
         if slurm.get("time_limit"):

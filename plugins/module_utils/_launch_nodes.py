@@ -44,10 +44,10 @@ def head_preflight(module, plan, run_dir, head):
                              f"{head.name}) or fix its address", run_id=plan.run_id)
     # Under Slurm the job rendezvouses on its batch host once its nodes are free (a queued job of
     # another account may hold the port now): sbatch's own checks stand for this one.
-    if module.params["scheduler"] != "slurm" and port_in_use(plan.port):
-        holders = port_holders(plan.port)
+    if module.params["scheduler"] != "slurm" and port_in_use(plan.request.master_port):
+        holders = port_holders(plan.request.master_port)
         held = f" by {', '.join(holders)}" if holders else ""
-        module.fail_json(msg=f"refusing to launch: the rendezvous port {plan.port} is already in "
+        module.fail_json(msg=f"refusing to launch: the rendezvous port {plan.request.master_port} is already in "
                              f"use on the head {head.name}{held}; choose another port "
                              f"(-e master_port=N) or stop the process holding it",
                          port_holders=holders, run_id=plan.run_id)
@@ -81,7 +81,7 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
     (never the head) are left to the run to grow to later (min_nodes with max_restarts) rather
     than refused. The run's board `entry` is written on every node that answers (none in check
     mode), and named in `module.announced` for run_started to take back if nothing starts."""
-    head = next(node for node in plan.nodes if node.name == plan.head)
+    head = next(node for node in plan.nodes if node.name == plan.request.head)
     nodes = plan.nodes if module.params["check_nodes"] else [head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
     # Under Slurm, Slurm shares the nodes out: another account's run makes this one queue.
@@ -89,9 +89,9 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
     request = {"expect": expect, "interfaces": len(nodes) > 1,
                "board": {"entry": None if module.check_mode else entry, "share": share}}
     if module.params["expect_packages"]:
-        request["packages"] = {"python": plan.python, "expect": module.params["expect_packages"]}
+        request["packages"] = {"python": plan.request.python, "expect": module.params["expect_packages"]}
     for look in range(BOARD_LOOKS):
-        answers = probe_nodes(nodes, head.name, ssh, plan.python, {node.name: request for node in nodes},
+        answers = probe_nodes(nodes, head.name, ssh, plan.request.python, {node.name: request for node in nodes},
                               control_dir=control_dir)
         in_the_way = [found for answer in answers.values() for found in answer.get("others") or []]
         # Only launches still starting in the way, and ours yielded to one on some node: two
@@ -101,7 +101,7 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
                 or any(found["state"] == "running" for found in in_the_way):
             break
         withdraw_from_board([node for node in nodes if answers[node.name].get("announced")], head.name, ssh,
-                            plan.python, plan.run_id, control_dir)
+                            plan.request.python, plan.run_id, control_dir)
         time.sleep(random.uniform(0.5, 3.0))
     order = [node.name for node in nodes]
     lost = [name for name in order if "error" in answers[name]]
@@ -145,7 +145,7 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
     drifted = [name for name in order if answers[name].get("drift")]
     if drifted:
         listed = "; ".join(f"{name}: {', '.join(answers[name]['drift'])}" for name in drifted)
-        module.fail_json(msg=f"refusing to launch: the Python environment {plan.python} is no longer "
+        module.fail_json(msg=f"refusing to launch: the Python environment {plan.request.python} is no longer "
                              f"what setup installed, on {listed}. Run setup again "
                              f"(ansible-playbook setup.yml -i INVENTORY) to put it back, then launch",
                          drifted={name: answers[name]["drift"] for name in drifted}, run_id=plan.run_id)
@@ -159,8 +159,8 @@ def send_files(module, plan, files: dict, stale: dict, control_dir=None) -> None
     nodes = [node for node in plan.nodes if node.name in stale]
     requests = {node.name: {"write": {path: files[path] for path in stale[node.name]}}
                 for node in nodes}
-    ssh = module.get_bin_path("ssh", required=any(node.name != plan.head for node in nodes))
-    answers = probe_nodes(nodes, plan.head, ssh, plan.python, requests, control_dir=control_dir)
+    ssh = module.get_bin_path("ssh", required=any(node.name != plan.request.head for node in nodes))
+    answers = probe_nodes(nodes, plan.request.head, ssh, plan.request.python, requests, control_dir=control_dir)
     failed = [name for name, answer in answers.items() if "error" in answer]
     if failed:
         module.fail_json(msg="could not put the script's files on " + "; ".join(
@@ -171,9 +171,9 @@ def send_files(module, plan, files: dict, stale: dict, control_dir=None) -> None
 def ranks_started(module, plan, record, control_dir) -> bool:
     """Whether a process of the run (torchrun, or a rank), not only mpirun and the supervisor,
     runs on every node it can see (only the head where mpich nodes take no ssh)."""
-    head = next(node for node in plan.nodes if node.name == plan.head)
+    head = next(node for node in plan.nodes if node.name == plan.request.head)
     # A restarted run's attempt may use fewer nodes than it had: those its record names.
     nodes = [node for node in plan.nodes if node.name in (record.nodes or [node.name])]
     nodes = nodes if module.params["check_nodes"] else [head]
-    return not nodes_without_ranks(nodes, plan.head, module.get_bin_path("ssh"), plan.python, plan.run_id,
+    return not nodes_without_ranks(nodes, plan.request.head, module.get_bin_path("ssh"), plan.request.python, plan.run_id,
                                    {record.supervisor_pid, record.launcher_pid}, control_dir=control_dir)

@@ -47,6 +47,9 @@ class Option:
     # nothing), None nothing, or this value (Jinja); module_note is a comment written above it.
     module_value: str | None = ""
     module_note: str = ""
+    # The other module states whose tasks pass it too, as run.yml does: "restarted" (restart.yml),
+    # "stopped" (stop.yml).
+    also_for: tuple[str, ...] = ()
     # The torchfleet command's flag of it, --NAME with dashes: ((command, its help), ...) for the
     # commands that take it (the CLI's parser adds it, and passes its value on by the short name).
     cli: tuple[tuple[str, str], ...] = ()

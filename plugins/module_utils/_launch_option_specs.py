@@ -18,7 +18,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options
 
 
 def _spec(option: Option) -> dict:
-    entry = {"type": option.type}
+    entry: dict = {"type": option.type}
     for key in ("default", "elements", "no_log"):
         if getattr(option, key) is not None:
             entry[key] = getattr(option, key)
@@ -38,7 +38,7 @@ def argument_spec() -> dict:
 
 def _documented(option: Option) -> dict:
     doc = option.module_doc or option.doc
-    entry = {"description": list(doc) if isinstance(doc, tuple) else doc, "type": option.type}
+    entry: dict = {"description": list(doc) if isinstance(doc, tuple) else doc, "type": option.type}
     if option.required:
         entry["required"] = True
     if option.elements:
@@ -77,7 +77,7 @@ def role_options() -> dict:
         kind = option.role_type or option.type
         kind = "str" if kind == "path" else kind
         default = option.default if option.role_default is UNSET else option.role_default
-        entry = {"type": kind}
+        entry: dict = {"type": kind}
         elements = option.role_elements or (option.elements if kind == "list" else None)
         if elements:
             entry["elements"] = elements

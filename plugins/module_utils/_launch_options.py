@@ -72,7 +72,7 @@ OPTIONS: tuple[Option, ...] = (
                "V(-). When omitted one is made, like V(tf-20261121-101502-ab12cd).",
                "With O(state=stopped), stop only this run; when omitted, every run on the node.",
                "With O(state=restarted), the run to start again (required)."),
-           module_value="{{ launch_run_id or omit }}"),
+           module_value="{{ launch_run_id or omit }}", also_for=("restarted", "stopped")),
     Option("mode", "str", "torchrun (one torchrun per node) or rank (one MPI rank per worker) with "
            "Open MPI, or mpich (one torchrun per node with MPICH's mpiexec).", default="torchrun",
            choices=("torchrun", "rank", "mpich"),
@@ -144,7 +144,8 @@ OPTIONS: tuple[Option, ...] = (
                "Secret variables, name to value (for example an API key read on the controller). The values go only "
                "into the launcher's environment and travel to the ranks by name; they are never on a command line, "
                "in the results or in logs the module writes."),
-           module_value="{{ dict(launch_env_secrets | zip(query('ansible.builtin.env', *launch_env_secrets))) }}", example=("WANDB_API_KEY",)),
+           module_value="{{ dict(launch_env_secrets | zip(query('ansible.builtin.env', *launch_env_secrets))) }}", example=("WANDB_API_KEY",),
+           also_for=("restarted",)),
     Option("env_set", "dict", "Values set for every rank.", default={}, short="env_set",
            module_doc="Variables set to these values on every rank."),
     Option("mpirun_extra_args", "list", "More launcher options, each option and each value an item of "
@@ -171,6 +172,15 @@ OPTIONS: tuple[Option, ...] = (
            module_doc=(
                "Let Open MPI's daemons start further daemons over SSH. By default only the head holds the cluster's "
                "private key, so the head starts every daemon (C(plm_rsh_no_tree_spawn)).")),
+    Option("bind_to", "str", "How mpirun binds each process it starts to the node's cores (mpirun's "
+           "--bind-to, MPICH Hydra's -bind-to): none (every core free to every process), core, socket or numa. "
+           "In torchrun and mpich modes that process is the node's torchrun, whose workers inherit its binding; "
+           "core is for rank mode. Through Cray PALS, none alone.", default="none", choices=("none", "core", "socket", "numa"), short="bind_to",
+           cli=(("launch", "bind each process mpirun starts: none (default), core, socket or numa"),),
+           module_doc=(
+               "How the launcher binds each process it starts: C(--bind-to) of Open MPI's mpirun, C(-bind-to) of "
+               "MPICH's Hydra. V(none) leaves every core to every process. In torchrun and mpich modes the process "
+               "bound is each node's torchrun, and its workers inherit the binding.")),
     Option("share_nodes", "bool", "Launch even where another account's torchfleet run is alive on the "
            "nodes (the run board, set up on every node); false refuses such a launch, naming that run.",
            default=False, short="share_nodes",
@@ -192,7 +202,7 @@ OPTIONS: tuple[Option, ...] = (
                "that wrote it), C(ranks/) (Open MPI's per-rank files), C(workers/) (torchrun's per-worker files, "
                "written on every node under the same path), and the supervisor's C(state.json) (the run's record), "
                "C(run.json) (its plan, no secret in it), C(supervisor/) and C(supervisor.log). Nothing there is ever "
-               "deleted by torchfleet.")),
+               "deleted by torchfleet."), also_for=("restarted",)),
     Option("script_dir", "str", "Where scripts are copied on the nodes, the run's working directory "
            "(default workdir/scripts).", module=False, role_default="{{ launch_workdir }}/scripts"),
     Option("launch_timeout", "int", "Seconds after which the run is stopped; 0 for no limit.", default=0,
@@ -262,7 +272,7 @@ OPTIONS: tuple[Option, ...] = (
            module_value="{{ launch_max_restarts | int }}",
            cli=(("launch", "restart the run up to N times after a node is lost or a rank fails, on the nodes that "
                  "answer; the script resumes from its checkpoint"),
-                ("restart", "from now on, restart it up to N times by itself (default: as launched)"))),
+                ("restart", "from now on, restart it up to N times by itself (default: as launched)")), also_for=("restarted",)),
     Option("min_nodes", "int", "The fewest nodes an attempt may use; fewer answering, the supervisor "
            "waits restart_wait seconds for lost nodes to come back, then ends the run. 0: every node of "
            "the run.", default=0, role_type="raw", short="min_nodes",
@@ -272,7 +282,7 @@ OPTIONS: tuple[Option, ...] = (
                "V(failed), naming the nodes missing. V(0) means every node of the run."),
            module_value="{{ launch_min_nodes | int }}",
            cli=(("launch", "with --max-restarts: the fewest nodes an attempt may use (default: all)"),
-                ("restart", "the fewest nodes the attempt may use (default: as launched)"))),
+                ("restart", "the fewest nodes the attempt may use (default: as launched)")), also_for=("restarted",)),
     Option("restart_wait", "int", "Seconds a restart waits for min_nodes nodes to answer.", default=300,
            role_type="raw", short="restart_wait",
            module_doc="Seconds a restart waits for O(min_nodes) nodes to answer.",
@@ -323,7 +333,7 @@ OPTIONS: tuple[Option, ...] = (
                "V(0) leaves Open MPI's own settings, which give up a silent node after 480 s at best; "
                "O(launch_timeout) still bounds the run.")),
     Option("stop_grace", "int", "Seconds between TERM and KILL when a run is stopped.", default=10,
-           module_doc="Seconds between SIGTERM and SIGKILL when a run is stopped."),
+           module_doc="Seconds between SIGTERM and SIGKILL when a run is stopped.", also_for=("stopped",)),
     Option("chdir", "path",
            ("The launcher's working directory on the head. Open MPI starts the ranks on the other nodes in the "
             "same directory when it exists there (else in the home directory), so relative paths in "
@@ -372,7 +382,7 @@ OPTIONS: tuple[Option, ...] = (
                "Return as soon as the run's processes (C(torchrun), or the ranks) run on every node the head checks "
                "(under O(scheduler=slurm), as soon as the job runs), with RV(state=running) and the run id, instead "
                "of waiting for its end. Every check that refuses a launch still refuses it first. Follow the run "
-               "with C(torchfleet logs -f), C(torchfleet wait) or M(torchfleet.cluster.torchrun_run_info).")),
+               "with C(torchfleet logs -f), C(torchfleet wait) or M(torchfleet.cluster.torchrun_run_info)."), also_for=("restarted",)),
     Option("detach_when", "str", "With detach, return once the run's processes run (running; under "
            "Slurm once the job runs), or once the supervisor holds it (submitted).", default="running",
            choices=("running", "submitted"), short="detach_when",
@@ -380,7 +390,7 @@ OPTIONS: tuple[Option, ...] = (
                "With O(detach=true), when to return. V(running), once the run's processes run on every node (under "
                "O(scheduler=slurm), once the job runs). V(submitted), as soon as the supervisor holds the run "
                "(mpirun started, or the job submitted, pending or not), for a caller that follows the run itself, as "
-               "C(torchfleet launch) does, printing Slurm's reason while the job waits.")),
+               "C(torchfleet launch) does, printing Slurm's reason while the job waits."), also_for=("restarted",)),
     Option("scheduler", "str", "none: mpirun on the head reaches the nodes over ssh; slurm: the run "
            "is a Slurm batch job submitted with sbatch on the head. The role's default is slurm where "
            "setup set Slurm up (scheduler=slurm), else none.", default="none",
@@ -456,6 +466,6 @@ RESTART_OPTIONS = ("max_restarts", "min_nodes", "restart_wait", "final_exit_code
 # The options problems() reads; validate.yml hands it these alone (each variable templated costs
 # the launch time), as tools/write_launch_options.py writes them.
 CHECKED_OPTIONS = ("action", "script", *LIST_OPTIONS, "shared_storage", "run_id", "mode", "mpich_launcher",
-                   "master_port", "nproc_per_node", "tree_spawn", "log_dir", *RESTART_OPTIONS, "scheduler",
+                   "master_port", "nproc_per_node", "tree_spawn", "bind_to", "log_dir", *RESTART_OPTIONS, "scheduler",
                    "slurm_partition", "slurm_account", "slurm_time_limit", "slurm_gpus_per_node", "group",
                    "head_node", "exclude")

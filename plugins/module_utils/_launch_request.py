@@ -1,57 +1,31 @@
 # -*- coding: utf-8 -*-
 # Copyright: torchfleet contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""The launch request: one typed ``LaunchRequest`` (a field per module option of the table,
-_launch_options.py, at its default where not given), made once from the module's parameters
-(``LaunchRequest.of``) or from playbook variables (``from_variables``, then ``of``), and resolved
-with setup's facts into the renderer's ``Plan`` (``_on_node/launch_plan.plan_for``). The run's
-supervisor gets the same request, in run.json (``stored``). The checks: _launch_checks.py.
+"""The launch request on the controller and in the module: ``LaunchRequest`` (_on_node/
+launch_request.py, a typed field per module option of the table) made from playbook variables
+(``from_variables``, then ``LaunchRequest.of``), and resolved with setup's facts into the
+renderer's ``Plan`` (``_on_node/launch_plan.plan_for``). The run's supervisor gets the same
+request, redacted, in run.json (``stored``). The checks: _launch_checks.py.
 
 Standard library only: the CLI imports this file outside Ansible.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import functools
 from collections.abc import Mapping
-from types import SimpleNamespace
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_schema import Option
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import node_slots
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_request import LaunchRequest
+
+__all__ = ["LaunchRequest", "RequestError", "from_variables", "head_reaches_nodes", "launch_nodes", "stored", "truthy"]
 
 
-class _Request:
-    @classmethod
-    def of(cls, given: Mapping):
-        """The request of the options `given` (the module's parameters, or from_variables'); the
-        table's default for each left out or None, and keys of no module option ignored."""
-        return cls(**{name: value for name, value in given.items()
-                      if name in cls.__dataclass_fields__ and value is not None})
-
-
-# Frozen: made once, it is the same request at every step after. (pylint takes field() inside a
-# comprehension for one outside any dataclass.)
-# pylint: disable=invalid-field-call
-LaunchRequest = dataclasses.make_dataclass("LaunchRequest", [
-    (option.name, object, dataclasses.field(default_factory=functools.partial(copy.deepcopy, option.default))
-     if isinstance(option.default, (list, dict)) else dataclasses.field(default=option.default))
-    for option in OPTIONS if option.module], bases=(_Request,), frozen=True)
-# pylint: enable=invalid-field-call
-LaunchRequest.__doc__ = ("A launch: every option of the torchrun_launch module (the option table), at its "
-                         "default where not given.")
-
-
-def stored(request: LaunchRequest) -> SimpleNamespace:
+def stored(request: LaunchRequest) -> LaunchRequest:
     """The request as run.json keeps it for the run's supervisor, and as the supervisor reads it
-    back (SupervisorPlan.request): no secret value (env_secrets' names only) and not the files'
-    contents (their digests are in the plan's node_checks)."""
-    kept = dataclasses.asdict(request)
-    kept["env_secrets"] = sorted(request.env_secrets or ())
-    kept.pop("file_contents", None)
-    return SimpleNamespace(**kept)
+    back (SupervisorPlan.request): no secret value and not the files' contents."""
+    return request.redacted()
 
 
 def head_reaches_nodes(request: LaunchRequest) -> bool:
@@ -74,6 +48,11 @@ def launch_nodes(node_facts, nproc_per_node) -> list[dict]:
     return nodes
 
 
+def truthy(value) -> bool:
+    """A boolean variable as Ansible's `bool` filter reads it (-e gives text): true, yes, on, 1."""
+    return str(value).strip().lower() in ("true", "yes", "on", "1", "y", "t")
+
+
 class RequestError(ValueError):
     """A variable that cannot mean what its option takes; the message names it and its value."""
 
@@ -90,7 +69,7 @@ def _typed(option: Option, key: str, value):
         except (TypeError, ValueError):
             raise RequestError(f"{key} must be a number, got {value!r}") from None
     if kind == "bool":
-        return str(value).lower() in ("true", "yes", "1", "on")
+        return truthy(value)
     if kind == "list":
         if value is None or value == "":
             return []

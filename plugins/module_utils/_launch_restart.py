@@ -28,7 +28,6 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import find_run_processes, write_file
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, plan_of_run
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest, stored
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import (
     follow_run,
     install_head_package,
@@ -64,6 +63,7 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
     """The run's plan for its next attempt: the attempts it had, and what the call overrides."""
     p = module.params
     attempts = record.get("attempts") or [{}]
+    assert plan.request.nodes is not None  # a run's request names its nodes
     nodes = len(plan.request.nodes)
     min_nodes = p["min_nodes"] or plan.fewest_nodes
     if min_nodes > nodes:
@@ -71,7 +71,7 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
                              f"most {nodes}, or 0 for the run's own ({plan.fewest_nodes})")
     # The ssh masters of the run's launch are long closed: every ssh connects by itself.
     # The run's request as this version takes it (an option added since at its default).
-    request = stored(LaunchRequest.of({**vars(plan.request), "max_restarts": p["max_restarts"] or plan.request.max_restarts}))
+    request = plan.request.with_changes(max_restarts=p["max_restarts"] or plan.request.max_restarts)
     return dataclasses.replace(plan, request=request, attempts_before=len(attempts), fewest_nodes=min_nodes,
                                node_dirs=True, control_dir=None)
 
@@ -79,6 +79,7 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
 def other_runs(module, plan: SupervisorPlan) -> list[dict]:
     """The runs of torchfleet other than this one alive on the run's nodes that answer now
     ([{node, run_id, pids}]): a restart onto them would put two trainings on one set of devices."""
+    assert plan.request.nodes is not None  # a run's request names its nodes
     nodes = [Node(**node) for node in plan.request.nodes]
     if not plan.request.check_nodes:
         nodes = [node for node in nodes if node.name == plan.head]
@@ -120,6 +121,7 @@ def run_restarted(module) -> None:
             module.fail_json(msg=f"cannot take the launch lock {_launch_lock.lock_path()} on the head: {err}",
                              **result)
     record = read_state(run_dir)
+    plan: SupervisorPlan | str | None
     try:
         plan = SupervisorPlan.read(run_dir)
     except OlderPlan as err:
@@ -129,6 +131,7 @@ def run_restarted(module) -> None:
     refusal = restart_refusal(record, plan, run_id, run_dir)
     if refusal:
         module.fail_json(msg=f"refusing to restart: {refusal}", **result)
+    assert isinstance(plan, SupervisorPlan) and record is not None  # else refused above
     plan = restarted_plan(module, plan, record)
     # The environment the run had, but for values never written down: its secrets, given again.
     rendered = render(plan_of_run(plan))
@@ -163,13 +166,13 @@ def run_restarted(module) -> None:
     result["changed"] = True
     module.supervised = True
     supervisor_proc = start_supervisor(module, run_dir, package, env, result, restarted=True)
-    record = follow_run(module, plan_of_run(plan), run_dir, supervisor_proc, None)
-    shown = {key: getattr(record, key) for key in record.keys(RESULT)}
+    followed = follow_run(module, plan_of_run(plan), run_dir, supervisor_proc, None)
+    shown = {key: getattr(followed, key) for key in followed.keys(RESULT)}
     result.update({key: value for key, value in shown.items() if value is not None},
-                  nodes=record.nodes, world_size=record.world_size)
-    if record.state in ACTIVE:
+                  nodes=followed.nodes, world_size=followed.world_size)
+    if followed.state in ACTIVE:
         module.exit_json(**result)
     msg = result.pop("msg")
-    if record.state != "succeeded":
+    if followed.state != "succeeded":
         module.fail_json(msg=msg, **result)
     module.exit_json(**result)

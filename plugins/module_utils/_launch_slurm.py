@@ -19,7 +19,7 @@ def slurm_job(module, plan, run_dir, paths):
     p = module.params
     sbatch = module.get_bin_path("sbatch")
     if not sbatch or not module.get_bin_path("scontrol"):
-        module.fail_json(msg=f"scheduler=slurm, but the head {plan.head} has no sbatch and scontrol: "
+        module.fail_json(msg=f"scheduler=slurm, but the head {plan.request.head} has no sbatch and scontrol: "
                              f"install Slurm's client commands there (slurm-client), or launch without "
                              f"the scheduler", run_id=plan.run_id)
     problem = batch_script.extra_args_problem(p["slurm_extra_args"], "slurm_extra_args")
@@ -33,8 +33,8 @@ def slurm_job(module, plan, run_dir, paths):
         partition = slurm.check_partition(p["slurm_partition"], len(plan.nodes), p["slurm_time_limit"])
     except (slurm.SlurmError, OSError, subprocess.SubprocessError) as err:
         module.fail_json(msg=f"refusing to submit: {err}", run_id=plan.run_id)
-    head = next(node for node in plan.nodes if node.name == plan.head)
-    slots = plan.nproc_per_node or head.slots
+    head = next(node for node in plan.nodes if node.name == plan.request.head)
+    slots = plan.request.nproc_per_node or head.slots
     if p["mode"] == "rank" and len({node.slots for node in plan.nodes}) > 1:
         module.fail_json(msg="scheduler=slurm: the batch script gives every node the same slots, but "
                              "these nodes' slots differ; set nproc_per_node", run_id=plan.run_id)

@@ -115,7 +115,7 @@ def build(module, request, run_id, run_dir, control_dir=None):
     paths = {"run": run_dir, "launcher": os.path.join(run_dir, "launcher.log"),
              "ranks": plan.log_dir or "", "workers": plan.node_log_dir or "", "site": plan.site_dir}
     # The first attempt's world: every node but the spares, which the checks and files still reach.
-    left = set(spares([node.name for node in plan.nodes], plan.head, request.spare_nodes))
+    left = set(spares([node.name for node in plan.nodes], plan.request.head, request.spare_nodes))
     try:
         rendered = render(dataclasses.replace(plan, nodes=tuple(node for node in plan.nodes if node.name not in left)))
     except PlanError as err:
@@ -158,8 +158,8 @@ def run_started(module):
         # Once the supervisor runs, mpirun's daemons ride the masters and the supervisor closes them.
         if module.announced and not module.supervised:  # it starts nothing
             plan = module.plan
-            withdraw_from_board([node for node in plan.nodes if node.name in module.announced], plan.head,
-                                module.get_bin_path("ssh"), plan.python, plan.run_id, control_dir)
+            withdraw_from_board([node for node in plan.nodes if node.name in module.announced], plan.request.head,
+                                module.get_bin_path("ssh"), plan.request.python, plan.run_id, control_dir)
         if control_dir and not module.supervised:
             # Not required=True: a missing ssh has failed the module already, with its own message.
             close_ssh_masters(module.get_bin_path("ssh"), control_dir,
@@ -342,7 +342,7 @@ def start_run(module, request, control_dir):
     world = list(rendered.nodes)
     size = len(world)
     may_miss = len(world) - request.min_nodes if request.min_nodes and request.max_restarts and not slurm else 0
-    entry = {"run_id": run_id, "head": plan.head, "nodes": list(rendered.nodes), "world_size": rendered.world_size,
+    entry = {"run_id": run_id, "head": plan.request.head, "nodes": list(rendered.nodes), "world_size": rendered.world_size,
              "started": now_iso()}
     stale, missed = preflight_nodes(module, plan, run_dir, digests, control_dir, may_miss=may_miss, entry=entry)
     if missed:
@@ -371,12 +371,12 @@ def start_run(module, request, control_dir):
     supervisor_plan = SupervisorPlan(
         run_id=run_id, request=stored(request), argv=sbatch if slurm else rendered.argv, cwd=request.chdir,
         command=result["command"], nodes=[vars(by_name[name]) for name in rendered.nodes],
-        nproc=plan.nproc_per_node or by_name[plan.head].slots, world_size=rendered.world_size,
+        nproc=plan.request.nproc_per_node or by_name[plan.request.head].slots, world_size=rendered.world_size,
         ssh=module.get_bin_path("ssh") if len(plan.nodes) > 1 else None, control_dir=control_dir,
         paths=paths, sbatch=sbatch, worker_files=not plan.tee_workers,
         fewest_nodes=request.min_nodes or len(rendered.nodes), world_nodes=size,
         env_pass=list(plan.env_pass), env_set=dict(plan.env_set),
-        node_checks={"expect": digests, "packages": {"python": plan.python, "expect": request.expect_packages}
+        node_checks={"expect": digests, "packages": {"python": plan.request.python, "expect": request.expect_packages}
                      if request.expect_packages else None},
         batch=batch, node_dirs=True,
     )

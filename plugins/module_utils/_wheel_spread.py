@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from stat import S_ISREG
@@ -106,6 +107,7 @@ def remove_stale(directory: str) -> list:
 
 
 def write_verified(directory: str, verified: dict) -> None:
+    partial: str | None
     fd, partial = temporary(directory, VERIFIED)
     try:
         with os.fdopen(fd, "w") as handle:
@@ -180,6 +182,7 @@ def _download(url: str, dest: str, want: str, timeout: float) -> int:
         raise err.reason if isinstance(err.reason, OSError) else OSError(str(err.reason)) from err
     digest, size = hashlib.sha256(), 0
     with response:
+        partial: str | None
         fd, partial = temporary(os.path.dirname(dest), os.path.basename(dest))
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -203,7 +206,7 @@ def _download(url: str, dest: str, want: str, timeout: float) -> int:
 
 def _fetch_from(source: str, wheel: dict, directory: str, deadline: float, wait: float):
     """(bytes, None) when `source` gave the wheel, (None, reason) when it did not."""
-    url = source.rstrip("/") + "/" + urllib.request.quote(wheel["file"])
+    url = source.rstrip("/") + "/" + urllib.parse.quote(wheel["file"])
     refused = 0
     while True:
         left = deadline - time.monotonic()
@@ -304,7 +307,8 @@ def serve(directory: str, files: list, address: str, port: int, timeout: float,
     before this node's own fetch starts are told to ask again. A connection idle for
     `idle_timeout` seconds (no request, or no byte taken) is closed. Returns {client address:
     bytes}. Raises OSError when the address or port cannot be had."""
-    server = ThreadingHTTPServer((address, port), _handler(directory, set(files), served := {}, idle_timeout))
+    served: dict[str, int] = {}
+    server = ThreadingHTTPServer((address, port), _handler(directory, set(files), served, idle_timeout))
     server.daemon_threads = True
     marker = os.path.join(directory, SERVING)
     try:

@@ -53,7 +53,7 @@ def follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True,
 
     head = found["head"]
     ranks = ranks or shown_ranks(args)
-    shown = collections.deque(maxlen=JSON_REPORT_LINES)  # memory bounded whatever the run writes
+    shown: collections.deque[str] = collections.deque(maxlen=JSON_REPORT_LINES)  # memory bounded whatever the run writes
     live = None if args.json or not screen.is_terminal(sys.stdout) else screen.Live()
 
     def on_line(text):

@@ -47,12 +47,12 @@ def restart_command(args: argparse.Namespace) -> int:
     return start_run(args, args.run_id, launch_action="restart")
 
 
-def option_flags_given(args: argparse.Namespace) -> dict:
-    """{short name: value} of the launch options given by their flags (parser.add_option_flags),
-    as launch.yml takes them."""
+def option_flags_given(args: argparse.Namespace, command: str | None = None) -> dict:
+    """{short name: value} of the launch options given by their flags (parser.add_option_flags:
+    `command`'s, else the command's own), as launch.yml takes them."""
     from torchfleet.cli.parser import option_flags
 
-    return {option.short: getattr(args, option.name) for option, _help in option_flags(args.command)
+    return {option.short: getattr(args, option.name) for option, _help in option_flags(command or args.command)
             if getattr(args, option.name, None) is not None}
 
 

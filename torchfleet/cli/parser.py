@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="return with the run id once every node's ranks have started")
             p.add_argument("--all-ranks", action="store_true",
                            help="stream every rank's output, each line as [rank N host] (default: rank 0's)")
-            add_option_flags(p, "launch")
+        add_option_flags(p, "launch")  # render takes every flag launch takes: it renders the same launch
         if name == "render":
             p.add_argument("--format", choices=["text", "json", "pbs", "slurm"], default="text",
                            help="pbs/slurm: a batch script that launches from inside an allocation")

@@ -19,8 +19,10 @@ def render_command(args: argparse.Namespace) -> int:
     from torchfleet.extra_vars import parse_extra_vars
     from torchfleet.inventory import cluster_group, inventory_paths, read_inventory
     from torchfleet.ansible_calls import ansible_env, fact_cache_dir
+    from torchfleet.cli.launch import option_flags_given
 
-    extra = parse_extra_vars(args.extra_vars)
+    # The flags of the launch's options, over -e, as `torchfleet launch` passes them to launch.yml.
+    extra = {**parse_extra_vars(args.extra_vars), **option_flags_given(args, "launch")}
     batch = args.format in ("pbs", "slurm")
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         if batch and not args.inventory and not Path("inventory").is_dir():

@@ -131,7 +131,7 @@ def status_command(args: argparse.Namespace) -> int:
     # Other accounts' runs on each node, from its run board: shown, never this account's to stop.
     others = {item["host"]: item["res"].get("others", []) for item in outcome.progress.results}
     # Slurm's queue, the same from every node: every account's jobs.
-    queue = next((item["res"]["queue"] for item in outcome.progress.results if item["res"].get("queue")), [])
+    queue: list = next((item["res"]["queue"] for item in outcome.progress.results if item["res"].get("queue")), [])
     if not args.json:
         for host in sorted(alive):
             said = alive[host] + [f"{entry['run_id']} (account {entry['account']}, {entry['state']})"

@@ -24,7 +24,7 @@ def read_runs(args: argparse.Namespace, run_id: str | None = None, stacks: bool 
                    **({"stacks": True} if stacks else {})}
     outcome = adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps(module_args),
                     found["head"], ["--become", "--become-user", found["user"]])
-    answer = next((item["res"] for item in outcome.progress.results), {})
+    answer: dict = next((item["res"] for item in outcome.progress.results), {})
     return outcome, dict(found, head_now=answer.get("now"), others=answer.get("others", []),
                          jobs=answer.get("jobs", [])), answer.get("runs", [])
 

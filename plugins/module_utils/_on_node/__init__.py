@@ -8,6 +8,7 @@ the head; the probe and line server on every node), standard library only.
 - transitions: the one writer of the run's record, its states and who may change them;
 - guardian: ends a run whose supervisor died, and records it lost;
 - slurm_job: the run's Slurm job; slurm: Slurm as the launch checks and drives it;
+- launch_request: the launch request, typed (LaunchRequest), as run.json keeps it;
 - launch_plan: what one launch is (Plan); plan_checks: its checks; renderer: the one renderer, its
   launcher's argv, hostfile and environment (the module's and the CLI's, and each restart's);
   batch_script: a Slurm job's script;
@@ -38,7 +39,7 @@ import os
 
 # The package's files, as the launch module copies them to the head.
 FILES = ("__init__", "attempts", "batch_script", "board", "follower", "guardian", "labels", "launch_plan",
-         "line_server", "liveness", "loader", "node_checks", "plan_checks", "privileges", "probe", "progress", "record",
+         "launch_request", "line_server", "liveness", "loader", "node_checks", "plan_checks", "privileges", "probe", "progress", "record",
          "renderer", "report", "slurm", "slurm_job", "ssh_to_nodes", "stacks", "supervisor", "tail", "transitions")
 
 
@@ -52,4 +53,6 @@ def source(name: str) -> str:
     except OSError:
         import pkgutil  # here only: its imports would slow every start of the supervisor
 
-        return pkgutil.get_data(__name__, name + ".py").decode()
+        data = pkgutil.get_data(__name__, name + ".py")
+        assert data is not None  # a zip's loader reads its members
+        return data.decode()

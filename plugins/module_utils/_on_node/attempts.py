@@ -13,7 +13,7 @@ import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from types import MappingProxyType, SimpleNamespace
+from types import MappingProxyType
 
 from .ssh_to_nodes import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes, withdraw_from_board
 from .liveness import node_answers, ssh_port
@@ -21,7 +21,7 @@ from .node_checks import head_copies, rejoin_problem, rejoin_request
 from .probe import board_answer, end_run, find_run_processes, port_in_use
 from .record import RunRecord, SupervisorPlan, node_workers, reserve_space
 from .report import now_iso
-from .launch_plan import plan_of_run
+from .launch_plan import Node, plan_of_run
 from .renderer import render
 from . import slurm
 from .slurm_job import next_job
@@ -81,7 +81,7 @@ def supervise(run) -> RunRecord:
         result.update(attempts=run.attempts, restarts=len(run.attempts) - 1)
     # The last attempt's nodes are free for another account's launch now, not STARTING_FOR after
     # the launch (a node lost or silent is not waited for).
-    withdraw_from_board([SimpleNamespace(**node) for node in plan.request.nodes if node["name"] not in run.not_alive],
+    withdraw_from_board([Node.of(node) for node in plan.request.nodes if node["name"] not in run.not_alive],
                         plan.head,
                         plan.ssh if plan.request.check_nodes else None, plan.request.python, plan.run_id, plan.control_dir)
     if plan.control_dir:
@@ -123,7 +123,10 @@ def earlier_attempts(record: dict, plan: SupervisorPlan) -> list:
 
 def attempt_size(plan: SupervisorPlan) -> int:
     """The nodes an attempt uses at most: every node of the run but its spares."""
-    return plan.world_nodes or len(plan.request.nodes)
+    if plan.world_nodes:
+        return plan.world_nodes
+    assert plan.request.nodes is not None  # a run's request names its nodes
+    return len(plan.request.nodes)
 
 
 def spares(names: list, head: str, count: int) -> list:
@@ -202,7 +205,7 @@ def nodes_for_restart(run):
     with stale ranks among them). Past restart_wait, or on a stop, a sentence saying why there are
     none."""
     plan = run.plan
-    every = [SimpleNamespace(**node) for node in plan.request.nodes]
+    every = [Node.of(node) for node in plan.request.nodes]
     deadline = time.monotonic() + plan.request.restart_wait
     # The nodes just found dead or silent are asked first only when the others are too few: a
     # hung node would hold the round up for the ssh timeout.
@@ -246,12 +249,14 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
     base = plan_of_run(run.plan)
     previous = [node.name for node in run.nodes]
     workers = f"{base.node_log_dir}.{attempt}" if base.node_log_dir else None
-    port = free_port(max(base.port + attempt, (run.port or 0) + 1))
+    first = base.request.master_port
+    port = free_port(max(first + attempt, (run.port or 0) + 1))
     if port is None:
-        raise RuntimeError(f"no free rendezvous port on the head from {base.port + attempt} to "
-                           f"{base.port + attempt + PORTS_TRIED - 1}")
+        raise RuntimeError(f"no free rendezvous port on the head from {first + attempt} to "
+                           f"{first + attempt + PORTS_TRIED - 1}")
     plan = dataclasses.replace(
-        base, nodes=tuple(node for node in base.nodes if node.name in names), port=port,
+        base, request=base.request.with_changes(master_port=port),
+        nodes=tuple(node for node in base.nodes if node.name in names),
         hostfile_path=f"{run.run_dir}/hostfile.{attempt}", node_log_dir=workers,
         env_set=MappingProxyType({**base.env_set, RESTART_VAR: str(attempt)}))
     rendered = render(plan)
@@ -267,7 +272,7 @@ def next_attempt(run, attempt: int, names: list, cause: str) -> None:
     run.plan = dataclasses.replace(
         run.plan, world_size=rendered.world_size, nodes=order, paths={**run.plan.paths, "workers": workers or ""},
         **changes)
-    run.nodes = [SimpleNamespace(**node) for node in order]
+    run.nodes = [Node.of(node) for node in order]
     for name in rendered.nodes:  # in the attempt now: no longer a node "not taken back"
         run.not_taken_back.pop(name, None)
     run.launcher_env = rendered.env
@@ -302,12 +307,13 @@ def watch_left_out(run, names: list, over: threading.Event) -> None:
     check is named in `run.not_taken_back`, and checked again later."""
     plan = run.plan
     back_now, grow = run.back, run.grow  # this attempt's own: the next one gets new ones
-    pending = {node["name"]: SimpleNamespace(**node) for node in plan.request.nodes if node["name"] in names}
+    pending = {node["name"]: Node.of(node) for node in plan.request.nodes if node["name"] in names}
     shrunk = len(run.nodes) < attempt_size(plan) and bool(plan.request.max_restarts) and plan.request.scheduler != "slurm"
     # The checkpoint that a growth waits for is read in torchrun's files of rank 0: a run without
     # them (rank mode) does not grow, and says so once a node is back.
     short = shrunk and bool(plan.worker_files)
-    answering, failed = {}, {}  # {name: since when it answers (monotonic)}, {name: when a check failed}
+    answering: dict[str, float] = {}  # {name: since when it answers (monotonic)}
+    failed: dict[str, float] = {}  # {name: when a check failed}
     announced = time.monotonic()  # the attempt's nodes were announced as it began
     while pending and not over.wait(WAIT_EVERY):
         if plan.request.check_nodes and time.monotonic() - announced >= BOARD_EVERY:
@@ -393,11 +399,12 @@ class CheckpointWatch:
 
     def __init__(self, workers: str):
         self.pattern = os.path.join(glob.escape(node_workers(workers, 0)), "*", "attempt_*", "0", "stdout.log")
-        self.tail, self.first_look = None, True
+        self.tail: Tail | None = None
+        self.first_look = True
 
     def seen(self) -> bool:
         if self.tail is None:  # the newest of torchrun's attempts, by number (attempt_10 after attempt_9)
-            found = sorted(glob.glob(self.pattern), key=lambda path: int(ATTEMPT_DIR.search(path).group(1)))
+            found = sorted(glob.glob(self.pattern), key=lambda path: int(ATTEMPT_DIR.findall(path)[0]))
             first, self.first_look = self.first_look, False
             if not found:
                 return False

@@ -29,12 +29,12 @@ def for_allocation(plan, fmt: str, nodes: int, slots: int, run_id: str | None = 
     placeholders = tuple(dataclasses.replace(first, name=f"node{i}", slots=slots,
                                              address=HEAD if i == 0 else f"tf-node{i}.placeholder")
                          for i in range(nodes))
-    extra = tuple(plan.mpirun_extra_args)
-    if fmt == "slurm" and plan.mode != "mpich":
+    extra = tuple(plan.request.mpirun_extra_args)
+    if fmt == "slurm" and plan.request.mode != "mpich":
         extra += ("--mca", "plm", "slurm")
-    return dataclasses.replace(plan, nodes=placeholders, head="node0", hostfile_path=HOSTFILE,
-                               run_id=run_id or RUN_ID, mpirun_extra_args=extra,
-                               ssh_control_path=None)
+    request = plan.request.with_changes(head="node0", mpirun_extra_args=list(extra))
+    return dataclasses.replace(plan, request=request, nodes=placeholders, hostfile_path=HOSTFILE,
+                               run_id=run_id or RUN_ID, ssh_control_path=None)
 
 
 def _word(word: str) -> str:
@@ -118,7 +118,7 @@ def batch_script(fmt: str, plan, rendered, *, nodes: int, gpus_per_node: int | N
     slots = plan.nodes[0].slots
     env = " ".join(f"{name}={_word(value)}" for name, value in rendered.env.items())
     argv = rendered.argv
-    user_args = len(plan.script_args)
+    user_args = len(plan.request.script_args)
     words = [_word(w) for w in argv[:len(argv) - user_args]] + [q(w) for w in argv[len(argv) - user_args:]]
     shell = argv[len(argv) - user_args - 4]  # the tail is: SHELL -c SCRIPT $0 ARGS...
     command = " \\\n  ".join(command_lines(argv, words, shell))

@@ -85,7 +85,8 @@ def read_entries(board: str | None = None, now: float | None = None) -> list[dic
         names = os.listdir(board)
     except OSError:
         return []
-    entries, counted = [], {}
+    entries: list[dict] = []
+    counted: dict[str, int] = {}
     for name in sorted(names):
         match = _ENTRY.match(name)
         if not match:

@@ -88,6 +88,8 @@ class NodeReader:
     ssh; a thread puts (this reader, local rank, line) on `lines`, then (this reader, None,
     error or None). `group`: the attempt's nodes, in rank order; `index`: this node's among them."""
 
+    wanted: set[int] | None  # the local ranks shown, None for all (set by RunOutput)
+
     def __init__(self, index: int, node: dict, plan: dict, program: str, directory: str,
                  from_start: bool, lines, group=None):
         remote = shlex.join([request_value(plan, "python"), "-S", "-c", program, "serve", directory,
@@ -108,6 +110,7 @@ class NodeReader:
         is not the server's, is left out and said once."""
         pieces, failed, odd = False, None, 0  # a reader of this version says so first; an older one sends whole lines
         try:
+            assert self.proc.stdout is not None  # a pipe (__init__)
             for raw in self.proc.stdout:
                 self.heard = time.monotonic()
                 if raw == CAUGHT_UP:
@@ -134,6 +137,7 @@ class NodeReader:
         finally:
             self.caught_up = True
             try:
+                assert self.proc.stderr is not None  # a pipe (__init__)
                 said = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
                 rc = self.proc.wait()
             except (OSError, ValueError) as error:
@@ -144,6 +148,7 @@ class NodeReader:
     def finish(self) -> None:
         """The run has ended: the node's reader sends the rest of its files, then exits."""
         try:
+            assert self.proc.stdin is not None  # a pipe (__init__)
             self.proc.stdin.close()
         except OSError:
             pass
@@ -163,7 +168,9 @@ class RunOutput:
                 self.launcher.position = os.path.getsize(self.launcher.path)
             except OSError:
                 pass
-        self.head_files, self.readers, self.followed = [], [], set()
+        self.head_files: list[tuple[list, int, WorkerFiles]] = []
+        self.readers: list[NodeReader] = []
+        self.followed: set[str] = set()
         self.queue = ByteQueue()  # bounded in bytes: a slow reader holds the nodes back
         try:
             with open(os.path.join(run_dir, PLAN_FILE), encoding="utf-8") as handle:
@@ -172,7 +179,7 @@ class RunOutput:
             self.plan = {}
         if ranks == "none" or not self.plan.get("worker_files"):
             self.plan = {}
-        self.server_program = None
+        self.server_program: str | None = None
         self.update(record)
 
     def update(self, record: dict) -> None:
@@ -306,7 +313,7 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
         time.sleep(POLL)
         record = read_state(run_dir)
     output, said = RunOutput(run_dir, record, ranks, from_start), None
-    held = [collections.deque(maxlen=tail)] if tail else [None]  # until caught up: the last lines
+    held: list[collections.deque | None] = [collections.deque(maxlen=tail)] if tail else [None]  # until caught up: the last lines
 
     def write(pieces):
         if held[0] is not None:  # a drawing is not a line: none is held
@@ -325,6 +332,7 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
         # A scheduler's job: its state and Slurm's reason, each time they change (pending, running).
         if record.get("state") in ACTIVE and record.get("job_state") and record.get("msg") != said:
             said = record.get("msg")
+            assert said is not None  # a job's state is recorded with its msg (slurm_job)
             out.write(STATUS + said + "\n")
             out.flush()
         if record.get("state") not in ACTIVE or not until_end:

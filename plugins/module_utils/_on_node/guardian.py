@@ -9,9 +9,9 @@ import os
 import signal
 import subprocess
 import sys
-from types import SimpleNamespace
 
 from . import report, slurm
+from .launch_plan import Node
 from .ssh_to_nodes import close_ssh_masters, end_run_on_nodes, withdraw_from_board
 from .probe import end_run
 from .record import SupervisorPlan
@@ -52,7 +52,8 @@ def end_everywhere(plan: SupervisorPlan, record: dict | None) -> dict:
     stopped, survivors = end_run(plan.run_id, plan.request.stop_grace)
     ended = None
     # Every node of the request: a spare or a node taken back may run a later attempt.
-    nodes = [SimpleNamespace(**node) for node in plan.request.nodes]
+    assert plan.request.nodes is not None  # a run's request names its nodes
+    nodes = [Node.of(node) for node in plan.request.nodes]
     if plan.request.check_nodes and plan.ssh and len(nodes) > 1:
         ended = end_run_on_nodes(nodes, plan.head, plan.ssh, plan.request.python, plan.run_id, plan.request.stop_grace)
     if survivors:

@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import MappingProxyType
 
+from .launch_request import LaunchRequest
+
 MODES = ("torchrun", "rank", "mpich")
 DEFAULT_PORT = 29500  # the rendezvous port on the head when none is given (torchrun's own default)
+PORTS = range(1024, 65536)  # a rendezvous port: none of the privileged ones
 MPICH_LAUNCHERS = ("hydra", "pals")
 SHELL = "/bin/sh"
 SHELL_NAME = "torchfleet"  # $0 of the remote sh: names it in its own error messages
@@ -53,38 +56,31 @@ class Node:
     slots: int  # workers (GPUs) on this node
     interface: str | None = None  # NIC holding `address`; required when there are 2+ nodes
 
+    @classmethod
+    def of(cls, entry: Mapping) -> Node:
+        """A node of the request or of run.json (a dict)."""
+        return cls(entry["name"], entry["address"], entry["slots"], entry.get("interface"))
+
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
+    """One launch as the renderer takes it: the request (what was asked: the mode, the script and
+    its arguments, the port, the tools' paths, the extra arguments; its head names the rendezvous
+    host and rank 0) on its nodes, with what the launch resolved for this run."""
+    request: LaunchRequest
     nodes: tuple[Node, ...]  # in any order; the head is moved first
-    head: str  # name of the head node (rank 0, rendezvous host)
-    script: str  # training script path on the nodes
     run_id: str  # [A-Za-z0-9_.-]{1,64}; exported as TORCHFLEET_RUN_ID, used as --rdzv-id
     hostfile_path: str  # where the caller writes `Rendered.hostfile` on the head
-    script_args: tuple[str, ...] = ()  # reach the script byte for byte
-    mode: str = "torchrun"  # one of MODES
-    port: int = DEFAULT_PORT  # rendezvous port / MASTER_PORT
-    nproc_per_node: int | None = None  # torchrun/mpich: workers per node; default: the slots
-    python: str = "python3"  # interpreter on the nodes (rank mode)
-    torchrun: str = "torchrun"  # torchrun on the nodes (torchrun and mpich modes)
-    launcher: str | None = None  # default: "mpirun", or "mpiexec" in mpich mode
     log_dir: str | None = None  # per-rank logs (Open MPI --output-filename)
     node_log_dir: str | None = None  # torchrun/mpich: each node's torchrun keeps worker logs here
     # torchrun's --tee: the workers' output also reaches the launcher's (where nothing else can
     # read the nodes' files: a batch job, PALS). Its copies can lose and glue lines, so a launch
     # whose head reads the files themselves leaves it off.
     tee_workers: bool = True
-    tree_spawn: bool = False  # Open MPI: let daemons ssh on to further nodes (all need the key)
-    network: str | None = None  # cluster CIDR; preferred over interface names for Open MPI
     env_pass: tuple[str, ...] = ()  # names forwarded from the launcher's environment
     env_secrets: tuple[str, ...] = ()  # as env_pass, but never displayed
     env_set: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    mpirun_extra_args: tuple[str, ...] = ()
-    torchrun_extra_args: tuple[str, ...] = ()  # torchrun and mpich modes: before the script
-    allow_run_as_root: bool = False  # Open MPI refuses root without it
     ssh_control_path: str | None = None  # Open MPI: ssh masters the caller opened to the nodes
-    silent_node_timeout: int = 120  # Open MPI: seconds until a node off the network ends the run; 0: Open MPI's
-    mpich_launcher: str | None = None  # mpich mode: which mpiexec, one of MPICH_LAUNCHERS
     # A supervised run's ranks import the sitecustomize.py in site_dir first (stacks.SITE), which
     # arms the dump of their stacks into stacks_dir when the run hangs; None for a command
     # rendered for a person to run.
@@ -115,9 +111,22 @@ def run_log_dirs(run_dir: str, mode: str) -> tuple[str | None, str | None]:
     return ranks, workers
 
 
-def by_pals(request) -> bool:
+def uses_pals(mode: str, mpich_launcher: str | None) -> bool:
     """Cray PALS starts the nodes' processes itself: Ansible copies the files, not the module."""
-    return request.mode == "mpich" and request.mpich_launcher == "pals"
+    return mode == "mpich" and mpich_launcher == "pals"
+
+
+def by_pals(request: LaunchRequest) -> bool:
+    return uses_pals(request.mode, request.mpich_launcher)
+
+
+def port_problem(value) -> str | None:
+    """Why `value` is no rendezvous port (as a variable gives it: a number or its text); None for one."""
+    port = str(value)
+    if isinstance(value, bool) or not (port.isdigit() and int(port) in PORTS):
+        return (f"master_port is '{port}': give the rendezvous port on the head as a number from {PORTS[0]} "
+                f"to {PORTS[-1]} (default {DEFAULT_PORT}).")
+    return None
 
 
 def reads_worker_files(request) -> bool:
@@ -129,10 +138,10 @@ def reads_worker_files(request) -> bool:
         request.scheduler == "none" or (request.scheduler == "slurm" and request.check_nodes))
 
 
-def plan_for(request, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secrets=(), env_set=None,
+def plan_for(request: LaunchRequest, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secrets=(), env_set=None,
              control_path: str | None = None, supervised: bool = False, site_dir: str | None = None) -> Plan:
-    """The renderer's plan for `request` (a LaunchRequest, or the supervisor's copy of it from
-    run.json: every option by its module name) on `nodes` (Node, or their dicts). The environment
+    """The renderer's plan for `request` (the module's, or the supervisor's from run.json) on
+    `nodes` (Node, or their dicts). The environment
     comes resolved by the caller, who alone sees it: names to pass (`env_pass`), secret names, and
     values to set. `site_dir`: where the ranks' sitecustomize.py is (stacks.site_dir), for a
     supervised run. `supervised`: the launch module's run, whose follower reads the workers' files
@@ -140,18 +149,11 @@ def plan_for(request, nodes, *, run_id: str, run_dir: str, env_pass=(), env_secr
     the terminal)."""
     ranks, workers = run_log_dirs(run_dir, request.mode)
     return Plan(
-        nodes=tuple(node if isinstance(node, Node) else Node(**node) for node in nodes),
-        head=request.head, script=request.script, run_id=run_id,
-        hostfile_path=f"{run_dir}/hostfile", script_args=tuple(request.script_args),
-        mode=request.mode, port=request.master_port, nproc_per_node=request.nproc_per_node,
-        python=request.python, torchrun=request.torchrun, launcher=request.launcher,
-        log_dir=ranks, node_log_dir=workers, network=request.network,
+        request=request, nodes=tuple(node if isinstance(node, Node) else Node.of(node) for node in nodes),
+        run_id=run_id, hostfile_path=f"{run_dir}/hostfile", log_dir=ranks, node_log_dir=workers,
         env_pass=tuple(env_pass), env_secrets=tuple(env_secrets),
         env_set=dict(request.env_set if env_set is None else env_set),
-        mpirun_extra_args=tuple(request.mpirun_extra_args), torchrun_extra_args=tuple(request.torchrun_extra_args),
-        allow_run_as_root=request.allow_run_as_root, tree_spawn=request.tree_spawn,
-        ssh_control_path=control_path, silent_node_timeout=request.silent_node_timeout,
-        mpich_launcher=request.mpich_launcher, tee_workers=not (supervised and reads_worker_files(request)),
+        ssh_control_path=control_path, tee_workers=not (supervised and reads_worker_files(request)),
         site_dir=site_dir, stacks_dir=f"{run_dir}/stacks" if site_dir else None,  # stacks.STACKS_DIR
     )
 

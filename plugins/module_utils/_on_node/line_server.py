@@ -24,7 +24,8 @@ def serve_worker_lines(directory: str, from_start: bool) -> int:
     """On a node, for the head's follower: SERVE_HELLO, then "LOCAL_RANK STREAM KIND TEXT" for
     every piece of this node's worker files (see Tail.pieces), as they grow, until stdin closes
     (the run has ended); then the rest, and exit."""
-    files, final, caught_up = WorkerFiles(directory, None, from_start), False, False
+    files, final = WorkerFiles(directory, None, from_start), False
+    caught_up: bool | None = False
     out = sys.stdout.buffer
     out.write(SERVE_HELLO)
     while True:

@@ -214,6 +214,7 @@ class NodeBeat:
             return
         self.boot, self.beat = boot, time.monotonic()
         while not self.stopped.is_set():
+            assert proc.stdout is not None  # a pipe (_session)
             line = proc.stdout.readline()
             if line.endswith(b"\n"):
                 self.beat = time.monotonic()
@@ -229,7 +230,7 @@ class NodeBeat:
             if proc is None:
                 return
 
-    def _confirm(self, closed: float):
+    def _confirm(self, closed: float) -> subprocess.Popen | None:
         """The session closed at `closed`: the node is dead unless it answers at once and begins a
         new session from the same boot (only the beat's own process died). The new session, or
         None once the node is recorded dead."""
@@ -262,11 +263,12 @@ class NodeBeat:
 class Liveness:
     """The beats of an attempt's other nodes, from its start to its end (close)."""
 
-    def __init__(self, nodes, ssh: str, python: str, tolerance: int, control_dir: str | None = None,
+    def __init__(self, nodes, ssh: str | None, python: str, tolerance: int, control_dir: str | None = None,
                  progress=None, globs=None):
         """`progress` (progress.Progress) takes what each node's beat says of its ranks' files,
         `globs` ({name: [pattern]}) names them."""
-        self.tolerance, self.looked = tolerance, None  # looked: when verdicts() last ran (monotonic)
+        self.tolerance = tolerance
+        self.looked: float | None = None  # when verdicts() last ran (monotonic)
         self.stopped = threading.Event()
         sharing = ["-o", f"ControlPath={control_dir}/%C"] if control_dir else []
         self.beats = {}

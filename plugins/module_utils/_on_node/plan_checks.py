@@ -12,7 +12,7 @@ import socket
 from collections.abc import Mapping
 
 from .launch_plan import (
-    DEFAULT_PORT, MODES, MPICH_LAUNCHERS, RESERVED_ENV, RUN_ID, KEEPALIVE_MCA, Node, Plan, PlanError)
+    MODES, MPICH_LAUNCHERS, RESERVED_ENV, RUN_ID, KEEPALIVE_MCA, Node, Plan, PlanError, port_problem)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")  # Linux: at most 15 characters
@@ -92,7 +92,7 @@ def _check_nodes(plan: Plan) -> None:
         raise PlanError("the plan has no nodes; add at least one host to the inventory group")
     names: set[str] = set()
     addresses: dict[str, str] = {}
-    network = _check_network(plan.network)
+    network = _check_network(plan.request.network)
     multi = len(nodes) > 1
     for node in nodes:
         if not isinstance(node, Node):
@@ -117,8 +117,8 @@ def _check_nodes(plan: Plan) -> None:
                                 f"the interface holding {node.address}")
         else:
             _check_interface(node)
-    if plan.head not in names:
-        raise PlanError(f"head {plan.head!r} is not one of the nodes ({_some(sorted(names))}); "
+    if plan.request.head not in names:
+        raise PlanError(f"head {plan.request.head!r} is not one of the nodes ({_some(sorted(names))}); "
                         f"set head to one of them")
 
 
@@ -187,12 +187,12 @@ def _check_interface(node: Node) -> None:
 
 
 def _check_workers(plan: Plan) -> None:
-    if plan.mode == "rank":
-        if plan.nproc_per_node is not None:
+    if plan.request.mode == "rank":
+        if plan.request.nproc_per_node is not None:
             raise PlanError("nproc_per_node applies to torchrun and mpich modes; in rank mode "
                             "each node runs its slots: leave nproc_per_node unset")
         return
-    n = plan.nproc_per_node
+    n = plan.request.nproc_per_node
     if n is None:
         by_slots: dict[int, list[str]] = {}
         for node in plan.nodes:
@@ -237,9 +237,9 @@ def _check_env(plan: Plan) -> None:
 
 
 def _check_extra_args(plan: Plan) -> None:
-    args = _string_tuple(plan.mpirun_extra_args, "mpirun_extra_args")
+    args = _string_tuple(plan.request.mpirun_extra_args, "mpirun_extra_args")
     owned = _OWNED_MCA | ({"plm_rsh_args"} if plan.ssh_control_path else set())
-    keepalive = set(KEEPALIVE_MCA) if plan.silent_node_timeout and plan.mode != "mpich" else set()
+    keepalive = set(KEEPALIVE_MCA) if plan.request.silent_node_timeout and plan.request.mode != "mpich" else set()
     for i, arg in enumerate(args):
         if not arg:
             raise PlanError("mpirun_extra_args contains an empty string; remove it")
@@ -268,8 +268,8 @@ _TORCHRUN_OWNED = {"--" + name for stem in ("nnodes", "node-rank", "nproc-per-no
 
 
 def _check_torchrun_args(plan: Plan) -> None:
-    args = _string_tuple(plan.torchrun_extra_args, "torchrun_extra_args")
-    if args and plan.mode == "rank":
+    args = _string_tuple(plan.request.torchrun_extra_args, "torchrun_extra_args")
+    if args and plan.request.mode == "rank":
         raise PlanError("torchrun_extra_args: rank mode runs no torchrun (one MPI rank per worker); remove "
                         "them, or use mode torchrun")
     for arg in args:
@@ -285,55 +285,55 @@ def validate(plan: Plan) -> None:
     """Raise PlanError naming the first problem in `plan` and its fix."""
     if not isinstance(plan, Plan):
         raise PlanError(f"expected a Plan, got {type(plan).__name__}")
-    if plan.mode not in MODES:
-        raise PlanError(f"unknown mode {plan.mode!r}; use one of: {', '.join(MODES)}")
+    if plan.request.mode not in MODES:
+        raise PlanError(f"unknown mode {plan.request.mode!r}; use one of: {', '.join(MODES)}")
     _check_nodes(plan)
     _check_workers(plan)
-    port = plan.port
-    if isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535:
-        raise PlanError(f"port {port!r} is not usable for rendezvous; give an integer from 1024 "
-                        f"to 65535 (default {DEFAULT_PORT})")
+    port = plan.request.master_port
+    said = port_problem(port) if isinstance(port, int) else f"master_port is {port!r}: give it as an integer."
+    if said:
+        raise PlanError(said)
     if not isinstance(plan.run_id, str) or not RUN_ID.fullmatch(plan.run_id):
         raise PlanError(f"run_id {plan.run_id!r} is not valid; use 1 to 64 characters from "
                         f"letters, digits, '_', '.' and '-', the first a letter or digit, no '..'")
-    _check_text(plan.script, "script", "give the training script's path on the nodes",
+    _check_text(plan.request.script, "script", "give the training script's path on the nodes",
                 dash_ok=False)
-    _string_tuple(plan.script_args, "script_args")
-    _check_text(plan.python, "python", "give the interpreter path on the nodes")
-    _check_text(plan.torchrun, "torchrun", "give torchrun's path on the nodes")
+    _string_tuple(plan.request.script_args, "script_args")
+    _check_text(plan.request.python, "python", "give the interpreter path on the nodes")
+    _check_text(plan.request.torchrun, "torchrun", "give torchrun's path on the nodes")
     _check_text(plan.hostfile_path, "hostfile_path", "give where the hostfile is written")
-    if plan.launcher is not None:
-        _check_text(plan.launcher, "launcher", "give the mpirun/mpiexec path or leave it unset")
+    if plan.request.launcher is not None:
+        _check_text(plan.request.launcher, "launcher", "give the mpirun/mpiexec path or leave it unset")
     if plan.log_dir is not None:
         _check_text(plan.log_dir, "log_dir", "give a directory or leave it unset")
-        if plan.mode == "mpich":
+        if plan.request.mode == "mpich":
             raise PlanError("log_dir (per-rank log files) needs Open MPI's --output-filename; in "
                             "mpich mode leave log_dir unset and keep mpiexec's own output")
     if plan.node_log_dir is not None:
         _check_text(plan.node_log_dir, "node_log_dir", "give a directory or leave it unset")
-        if plan.mode == "rank":
+        if plan.request.mode == "rank":
             raise PlanError("node_log_dir (torchrun's worker logs) applies to torchrun and mpich "
                             "modes; in rank mode use log_dir for per-rank logs")
-    if plan.mode == "mpich" and plan.mpich_launcher not in MPICH_LAUNCHERS:
+    if plan.request.mode == "mpich" and plan.request.mpich_launcher not in MPICH_LAUNCHERS:
         raise PlanError(f"mpich mode needs to know which mpiexec it runs, got mpich_launcher="
-                        f"{plan.mpich_launcher!r}; setup with mpi_implementation=mpich reads it from "
+                        f"{plan.request.mpich_launcher!r}; setup with mpi_implementation=mpich reads it from "
                         f"mpiexec --version, or set it: hydra (MPICH's Hydra, Intel MPI) or pals "
                         f"(HPE Cray PALS)")
-    if plan.mpich_launcher is not None and plan.mode != "mpich":
-        raise PlanError(f"mpich_launcher applies to mpich mode only; leave it unset in {plan.mode} mode")
-    if plan.allow_run_as_root and plan.mode == "mpich":
+    if plan.request.mpich_launcher is not None and plan.request.mode != "mpich":
+        raise PlanError(f"mpich_launcher applies to mpich mode only; leave it unset in {plan.request.mode} mode")
+    if plan.request.allow_run_as_root and plan.request.mode == "mpich":
         raise PlanError("allow_run_as_root is an Open MPI option; leave it unset in mpich mode")
-    if plan.tree_spawn and plan.mode == "mpich":
+    if plan.request.tree_spawn and plan.request.mode == "mpich":
         raise PlanError("tree_spawn is an Open MPI option; leave it unset in mpich mode")
     if plan.ssh_control_path is not None:
         _check_text(plan.ssh_control_path, "ssh_control_path", "give an OpenSSH ControlPath")
-        if plan.mode == "mpich" or plan.tree_spawn:
+        if plan.request.mode == "mpich" or plan.request.tree_spawn:
             raise PlanError("ssh_control_path serves the head's own ssh to every node, which "
                             "mpich mode and tree_spawn do not use; leave it unset")
         if any(char.isspace() for char in plan.ssh_control_path):
             raise PlanError(f"ssh_control_path {plan.ssh_control_path!r} has white space, which "
                             f"Open MPI would split plm_rsh_args at; give a path without it")
-    seconds = plan.silent_node_timeout
+    seconds = plan.request.silent_node_timeout
     if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
         raise PlanError(f"silent_node_timeout {seconds!r} is not a number of seconds; give 0 or "
                         f"more (0 leaves Open MPI's keepalive as it is)")

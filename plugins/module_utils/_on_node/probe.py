@@ -246,7 +246,7 @@ def interface_addresses() -> dict | None:
     except OSError:
         return None
     try:
-        found = {name: [] for name in sorted(os.listdir("/sys/class/net"))}
+        found: dict[str, list[str]] = {name: [] for name in sorted(os.listdir("/sys/class/net"))}
     except OSError:
         found = {}
     for line in out.splitlines():
@@ -412,7 +412,7 @@ def installed_distributions(paths) -> dict:
                     metadata = os.path.join(metadata, "PKG-INFO")
             else:
                 continue
-            headers = {}
+            headers: dict[str, str] = {}
             try:
                 with open(metadata, encoding="utf-8", errors="replace") as handle:
                     for line in handle:  # the headers end at the first empty line

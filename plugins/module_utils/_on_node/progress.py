@@ -96,8 +96,9 @@ class RankProgress:
     """One rank's last progress: when (monotonic), its node, the last step it marked, and its
     marks of the last window (the first one at or before the window's start)."""
 
-    def __init__(self, node: str | None):
-        self.node, self.last, self.step = node, None, None
+    def __init__(self, node: str | None, last: float):
+        self.node, self.last = node, last
+        self.step: int | None = None
         self.marks: deque = deque()  # (monotonic, step)
 
     def marked(self, step: int, now: float) -> None:
@@ -137,8 +138,8 @@ class Progress:
         found = _RANK_FILE.search(path)
         if found:
             rank = int(found.group(1))
-            index = slot_owner(rank, self.slots)
-            return rank, self.nodes[index] if index is not None else None
+            owner = slot_owner(rank, self.slots)
+            return rank, self.nodes[owner] if owner is not None else None
         return None
 
     def line(self, line: bytes, now: float | None = None) -> None:
@@ -155,7 +156,7 @@ class Progress:
             return
         rank, node = owner
         with self.lock:
-            entry = self.ranks.setdefault(rank, RankProgress(node))
+            entry = self.ranks.setdefault(rank, RankProgress(node, now))
             entry.last = now
             if step is not None:
                 entry.step = step
@@ -220,11 +221,11 @@ class Progress:
             if not self.ranks:
                 return {}
             self.judge_stragglers()
-            shown = {"hang_after": None if allowed is None else round(allowed),
-                     "ranks": {str(rank): {"node": entry.node, "last": wall(entry.last),
-                                           **({"step": entry.step} if entry.step is not None else {}),
-                                           **({"rate": round(rate, 2)} if (rate := entry.rate()) is not None else {})}
-                               for rank, entry in sorted(self.ranks.items())}}
+            shown: dict = {"hang_after": None if allowed is None else round(allowed),
+                           "ranks": {str(rank): {"node": entry.node, "last": wall(entry.last),
+                                                 **({"step": entry.step} if entry.step is not None else {}),
+                                                 **({"rate": round(rate, 2)} if (rate := entry.rate()) is not None else {})}
+                                     for rank, entry in sorted(self.ranks.items())}}
             if self.stragglers:
                 shown["stragglers"] = {
                     str(rank): f"rank {rank} on {self.ranks[rank].node or '?'}: {rate:.2f} steps/s over its "

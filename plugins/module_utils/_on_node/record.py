@@ -19,7 +19,10 @@ import json
 import os
 import pwd
 from dataclasses import asdict, dataclass, field, fields, replace
-from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:  # read() imports it: the follower's program (follower.PROGRAM) goes without it
+    from .launch_request import LaunchRequest
 
 STATE_FILE = "state.json"
 PLAN_FILE = "run.json"
@@ -155,7 +158,7 @@ class SupervisorPlan:
     launch request (`request`, every module option, as _launch_request.stored keeps it; read back,
     its options are attributes: plan.request.max_restarts) and what the launch resolved for it."""
     run_id: str
-    request: SimpleNamespace  # the launch request: every option by its module name, at its default where not given
+    request: LaunchRequest  # redacted: no secret's value, no file's contents
     argv: list  # the launcher's, or sbatch's
     cwd: str | None  # chdir; None: the run's directory
     command: str
@@ -188,7 +191,7 @@ class SupervisorPlan:
 
     @property
     def head(self) -> str:
-        return self.request.head
+        return cast(str, self.request.head)  # a plan's request has its head (required to start)
 
     @classmethod
     def read(cls, run_dir: str) -> SupervisorPlan:
@@ -198,10 +201,12 @@ class SupervisorPlan:
             values = _known(cls, json.load(handle))
         if not isinstance(values.get("request"), dict):
             raise OlderPlan(f"{run_dir}/{PLAN_FILE} keeps no launch request: an older torchfleet wrote it")
-        return cls(**{**values, "request": SimpleNamespace(**values["request"])})
+        from .launch_request import LaunchRequest  # pylint: disable=import-outside-toplevel
+
+        return cls(**{**values, "request": LaunchRequest.from_stored(values["request"])})
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(replace(self, request=None)), "request": vars(self.request)}, indent=1)
+        return json.dumps({**asdict(replace(self, request=cast("LaunchRequest", None))), "request": self.request.stored()}, indent=1)
 
 
 def request_value(plan: dict, key: str):
@@ -276,7 +281,7 @@ def release_space(run_dir: str) -> None:
 
 
 def supervisor_alive(record: dict) -> bool:
-    pid = record.get("supervisor_pid")
+    pid = record.get("supervisor_pid") or 0
     return (bool(pid) and record.get("boot_id") == boot_id()
             and process_start(pid) == record.get("supervisor_start"))
 
@@ -357,6 +362,7 @@ def list_runs(log_dir: str, run_id: str | None = None, index: str | None = None)
     """The records under `log_dir`, and those the account's `index` names elsewhere, newest
     first (run ids sort by their start); only `run_id`'s if given. Directories without a record
     (runs from before records), another account's, or whose record names another run are left out."""
+    names: list[str] | set[str]
     if run_id:
         names = [run_id]
     else:

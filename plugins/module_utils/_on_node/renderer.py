@@ -53,9 +53,15 @@ def keepalive_mca(silent_node_timeout: int) -> list[str]:
     return [item for name, value in zip(KEEPALIVE_MCA, values) for item in ("--mca", name, str(value))]
 
 
+def _script_path(plan: Plan) -> str:
+    script = plan.request.script
+    assert script is not None  # validate() refused a plan without one
+    return script
+
+
 def _launch_order(plan: Plan) -> list[Node]:
     # The launcher numbers nodes in hostfile order: the head first makes it node rank 0.
-    head = next(node for node in plan.nodes if node.name == plan.head)
+    head = next(node for node in plan.nodes if node.name == plan.request.head)
     return [head] + [node for node in plan.nodes if node is not head]
 
 
@@ -65,7 +71,7 @@ def _endpoint(address: str, port: int) -> str:
 
 def _torchrun_words(plan: Plan, nnodes: int, nproc: int, head: Node, node_rank: str) -> list[str]:
     q = shlex.quote
-    words = ["exec", q(plan.torchrun)]
+    words = ["exec", q(plan.request.torchrun)]
     if nnodes == 1:
         words += ["--standalone", "--nnodes=1"]
     else:
@@ -75,7 +81,7 @@ def _torchrun_words(plan: Plan, nnodes: int, nproc: int, head: Node, node_rank: 
         # static, not c10d: c10d ignores --node-rank and orders nodes by FQDN, so the head
         # might not be node 0 and a global rank would not tell its node. MPI has fixed the node
         # ranks already; static keeps them, with the store on the head (node 0) at this endpoint.
-        words += ["--rdzv-backend=static", q(f"--rdzv-endpoint={_endpoint(head.address, plan.port)}"),
+        words += ["--rdzv-backend=static", q(f"--rdzv-endpoint={_endpoint(head.address, plan.request.master_port)}"),
                   q(f"--rdzv-id={plan.run_id}")]
     if plan.node_log_dir:
         # A directory per node (record.node_workers): a log_dir on storage every node shares
@@ -83,7 +89,7 @@ def _torchrun_words(plan: Plan, nnodes: int, nproc: int, head: Node, node_rank: 
         words += [f'--log-dir={q(plan.node_log_dir)}/node"{node_rank if nnodes > 1 else 0}"', "--redirects=3"]
         if plan.tee_workers:
             words.append("--tee=3")
-    return words + [q(arg) for arg in plan.torchrun_extra_args] + [q(plan.script), '"$@"']
+    return words + [q(arg) for arg in plan.request.torchrun_extra_args] + [q(_script_path(plan)), '"$@"']
 
 
 # Gloo opens every interface listed in GLOO_SOCKET_IFNAME and fails on a node that lacks one,
@@ -99,17 +105,17 @@ def _script(plan: Plan, nnodes: int, nproc: int, head: Node, mixed_ifaces: bool)
     if plan.site_dir:  # before the user's own PYTHONPATH, which stays
         prefix += (f'export PYTHONPATH={shlex.quote(plan.site_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}" '
                    f'TORCHFLEET_STACKS_DIR={shlex.quote(plan.stacks_dir or "")}; ')
-    if plan.mode == "torchrun":
+    if plan.request.mode == "torchrun":
         rank = "${OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}"
         return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, rank))
-    if plan.mode == "mpich":
+    if plan.request.mode == "mpich":
         rank = "${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}"
         return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, rank))
     # Fail loudly rather than start every process as rank "" when not under Open MPI.
     return (f'{prefix}: "${{OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}}"; '
             'export RANK="$OMPI_COMM_WORLD_RANK" LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" '
             'WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"; '
-            f'exec {shlex.quote(plan.python)} {shlex.quote(plan.script)} "$@"')
+            f'exec {shlex.quote(plan.request.python)} {shlex.quote(_script_path(plan))} "$@"')
 
 
 def render(plan: Plan) -> Rendered:
@@ -124,51 +130,52 @@ def render(plan: Plan) -> Rendered:
     env = {"TORCHFLEET_RUN_ID": plan.run_id}
     if ifaces:
         env["NCCL_SOCKET_IFNAME"] = env["GLOO_SOCKET_IFNAME"] = ",".join(ifaces)
-    if plan.mode == "rank":
+    if plan.request.mode == "rank":
         env["MASTER_ADDR"] = head.address
-        env["MASTER_PORT"] = str(plan.port)
+        env["MASTER_PORT"] = str(plan.request.master_port)
     env.update(plan.env_set)
     inherit = tuple(dict.fromkeys(plan.env_pass))
     secrets = tuple(dict.fromkeys(plan.env_secrets))
-    per_node_env = ({node.name: {"GLOO_SOCKET_IFNAME": node.interface} for node in order}
+    # Mixed names: validate() refused a node without an interface.
+    per_node_env = ({node.name: {"GLOO_SOCKET_IFNAME": str(node.interface)} for node in order}
                     if mixed_ifaces else {})
 
-    if plan.mode == "rank":
+    if plan.request.mode == "rank":
         world_size = sum(node.slots for node in order)
         nproc = 0  # unused: each rank is one worker
     else:
-        nproc = plan.nproc_per_node or head.slots
+        nproc = plan.request.nproc_per_node or head.slots
         world_size = nproc * nnodes
     script = _script(plan, nnodes, nproc, head, mixed_ifaces)
-    tail = [SHELL, "-c", script, SHELL_NAME, *plan.script_args]
+    tail = [SHELL, "-c", script, SHELL_NAME, *plan.request.script_args]
 
-    if plan.mode == "mpich" and plan.mpich_launcher == "hydra":
+    if plan.request.mode == "mpich" and plan.request.mpich_launcher == "hydra":
         hostfile = "".join(f"{node.address}\n" for node in order)
-        argv = [plan.launcher or "mpiexec", "-launcher", "ssh", "-n", str(nnodes), "-ppn", "1",
-                "-f", plan.hostfile_path, "-bind-to", "none", "-genvall"]
+        argv = [plan.request.launcher or "mpiexec", "-launcher", "ssh", "-n", str(nnodes), "-ppn", "1",
+                "-f", plan.hostfile_path, "-bind-to", plan.request.bind_to, "-genvall"]
         if len(ifaces) == 1:
             argv += ["-iface", ifaces[0]]
-        argv += ["-prepend-rank", *plan.mpirun_extra_args, *tail]
-    elif plan.mode == "mpich":
+        argv += ["-prepend-rank", *plan.request.mpirun_extra_args, *tail]
+    elif plan.request.mode == "mpich":
         hostfile = "".join(f"{node.address}\n" for node in order)
-        argv = [plan.launcher or "mpiexec", "-n", str(nnodes), "--ppn", "1", "--cpu-bind", "none",
-                "--hostfile", plan.hostfile_path, "--envall", *plan.mpirun_extra_args, *tail]
+        argv = [plan.request.launcher or "mpiexec", "-n", str(nnodes), "--ppn", "1", "--cpu-bind", "none",
+                "--hostfile", plan.hostfile_path, "--envall", *plan.request.mpirun_extra_args, *tail]
     else:
         hostfile = "".join(f"{node.address} slots={node.slots}\n" for node in order)
-        if plan.mode == "rank":
-            argv = [plan.launcher or "mpirun", "-np", str(world_size), "--map-by", "slot"]
+        if plan.request.mode == "rank":
+            argv = [plan.request.launcher or "mpirun", "-np", str(world_size), "--map-by", "slot"]
         else:
-            argv = [plan.launcher or "mpirun", "-np", str(nnodes), "--map-by", "ppr:1:node"]
-        argv += ["--bind-to", "none", "--hostfile", plan.hostfile_path,
+            argv = [plan.request.launcher or "mpirun", "-np", str(nnodes), "--map-by", "ppr:1:node"]
+        argv += ["--bind-to", plan.request.bind_to, "--hostfile", plan.hostfile_path,
                  "--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
-        if not plan.tree_spawn:
+        if not plan.request.tree_spawn:
             argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
         if plan.ssh_control_path:
             argv += ["--mca", "plm_rsh_args", f"-o ControlPath={plan.ssh_control_path}"]
-        argv += keepalive_mca(plan.silent_node_timeout)
+        argv += keepalive_mca(plan.request.silent_node_timeout)
         # A CIDR covers every node whatever its NIC is called; written normalized (host bits 0).
-        if plan.network:
-            if_include = str(ipaddress.ip_network(plan.network, strict=False))
+        if plan.request.network:
+            if_include = str(ipaddress.ip_network(plan.request.network, strict=False))
         else:
             if_include = ",".join(ifaces)
         if if_include:
@@ -181,9 +188,9 @@ def render(plan: Plan) -> Rendered:
         # "[JOB,RANK]<stdout>:" on every line: which node (torchrun mode) or rank (rank mode)
         # wrote it, so the run's output can be followed per rank (_on_node.labels.shown).
         argv.append("--tag-output")
-        if plan.allow_run_as_root:
+        if plan.request.allow_run_as_root:
             argv.append("--allow-run-as-root")
-        argv += [*plan.mpirun_extra_args, *tail]
+        argv += [*plan.request.mpirun_extra_args, *tail]
 
     return Rendered(argv=argv, hostfile=hostfile, env=env, inherit=inherit, secrets=secrets,
                     nodes=tuple(node.name for node in order), per_node_env=per_node_env,

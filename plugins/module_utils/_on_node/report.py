@@ -88,7 +88,7 @@ def parse_torchrun_failures(text: str) -> list[dict]:
         for i, (position, line) in enumerate(lines):
             if _ROOT_CAUSE not in line:
                 continue
-            fields = {}
+            fields: dict[str, str] = {}
             for _position, follow in lines[i + 1:i + 10]:
                 match = _SUMMARY_FIELD.search(follow)
                 if match:
@@ -128,7 +128,7 @@ _MPI_SIGNAL = re.compile(r"process rank (\d+) with PID \d+ on node (\S+) exited 
 
 def parse_mpirun_failure(text: str) -> dict | None:
     """The first failed process Open MPI names: its MPI rank, host (when printed) and status."""
-    found = []
+    found: list[tuple[int, dict]] = []
     match = _MPI_EXIT.search(text)
     if match:
         found.append((match.start(), {"rank": int(match.group(1)), "host": None,

@@ -174,7 +174,7 @@ def job(job_id: str) -> dict | None:
     return fields(done.stdout)
 
 
-def hostnames(nodelist: str) -> list[str]:
+def hostnames(nodelist: str | None) -> list[str]:
     """Slurm's node list (node[0-2]) as names, in the job's order."""
     if not nodelist or nodelist in ("(null)", "None"):
         return []

@@ -50,9 +50,9 @@ class SlurmJob:
         if (state, reason) == (self.info.get("JobState"), self.info.get("Reason")):
             return
         self.info = info
-        changes = {"job_state": state, "job_reason": reason,
-                   "msg": f"run {self.run.plan.run_id} is Slurm job {self.job_id}: {state}"
-                          + (f" ({reason})" if reason and reason != "None" else "")}
+        changes: dict = {"job_state": state, "job_reason": reason,
+                         "msg": f"run {self.run.plan.run_id} is Slurm job {self.job_id}: {state}"
+                                + (f" ({reason})" if reason and reason != "None" else "")}
         # Started: running now, or ended after running a while (a pending job cancelled never was).
         ran = state in ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED") or (
             state in slurm.ENDED and info.get("RunTime", "00:00:00") != "00:00:00")
@@ -83,7 +83,7 @@ class SlurmJob:
         while time.monotonic() < deadline:
             try:
                 self.wait(1)
-                return
+                return None
             except subprocess.TimeoutExpired:
                 pass
             held = self.latest.get("NodeList", "")

@@ -38,7 +38,7 @@ def probe_command(python: str) -> str:
     return shlex.join([python, "-S", "-c", program(("board", "stacks", "probe"), "probe")])
 
 
-def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
+def probe_nodes(nodes, head: str, ssh: str | None, python: str, requests: dict,
                 timeout: int = PROBE_TIMEOUT, connect_timeout: int | None = None,
                 control_dir: str | None = None) -> dict:
     """The probe's answer to each node's request, {name: answer}: here for the head, over the
@@ -77,7 +77,7 @@ def probe_nodes(nodes, head: str, ssh: str, python: str, requests: dict,
         return dict(zip((node.name for node in nodes), pool.map(ask, nodes)))
 
 
-def nodes_without_ranks(nodes, head: str, ssh: str, python: str, run_id: str, launchers,
+def nodes_without_ranks(nodes, head: str, ssh: str | None, python: str, run_id: str, launchers,
                         control_dir: str | None = None, timeout: int = PROBE_TIMEOUT) -> list[str]:
     """The nodes where no process of `run_id` (torchrun, or a rank) runs yet: the supervisor and
     the launcher (`launchers`, pids on the head) do not count; a node that does not answer is
@@ -89,7 +89,7 @@ def nodes_without_ranks(nodes, head: str, ssh: str, python: str, run_id: str, la
                                             and not proc["supervisor"] for proc in answer["runs"])]
 
 
-def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace: int,
+def end_run_on_nodes(nodes, head: str, ssh: str | None, python: str, run_id: str, grace: int,
                      timeout: int | None = None) -> dict:
     """End what is left of `run_id` on every node but the head (which the module swept itself),
     over the cluster's ssh, as `launch_action=stop` would: TERM, `grace` seconds, KILL. Returns
@@ -102,7 +102,7 @@ def end_run_on_nodes(nodes, head: str, ssh: str, python: str, run_id: str, grace
     # A node's stop takes at most grace + 10 s (the wait after KILL), and a moment to scan.
     answers = probe_nodes(others, head, ssh, python, {node.name: stop for node in others},
                           timeout=timeout or grace + 20, connect_timeout=5)
-    ended = {"stopped": {}, "survivors": {}, "silent": []}
+    ended: dict = {"stopped": {}, "survivors": {}, "silent": []}
     for node in others:
         answer = answers[node.name]
         if "error" in answer:
@@ -136,7 +136,7 @@ def withdraw_from_board(nodes, head: str, ssh: str | None, python: str, run_id: 
                     timeout=10, connect_timeout=5, control_dir=control_dir)
 
 
-def close_ssh_masters(ssh: str, control_dir: str, addresses) -> None:
+def close_ssh_masters(ssh: str | None, control_dir: str, addresses) -> None:
     """End the masters in `control_dir` (a run's sessions are over by now) and remove it."""
     if ssh and addresses and os.path.isdir(control_dir) and os.listdir(control_dir):
         def close(address):

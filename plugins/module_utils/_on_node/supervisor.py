@@ -23,12 +23,13 @@ import sys
 import threading
 import time
 import traceback
-from types import SimpleNamespace
+from dataclasses import dataclass, field
 
 from . import attempts, report, slurm, stacks
 from .ssh_to_nodes import (PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes,
                            take_stacks)
 from .guardian import start_guardian
+from .launch_plan import Node
 from .liveness import Liveness, NodeState, ending_of, not_alive_of, wall_time
 from .progress import LocalScan, Progress, patterns
 from .probe import SUPERVISOR_VAR, end_run, read_end
@@ -43,6 +44,21 @@ LOST_LAUNCHER_GRACE = 1.0  # seconds mpirun has to pass a TERM on once a node is
 DEAD_LAUNCHER_GRACE = 0.5  # the same once a node is proven dead: mpirun is ending by itself then
 SETTLE = 1.0  # seconds a failed launcher's end waits for a node's death to be proven
 PROGRESS_EVERY = 10.0  # seconds between two writes of the ranks' progress into the record
+
+
+@dataclass
+class AttemptEnd:  # pylint: disable=too-many-instance-attributes
+    """What ended an attempt, as wait_for_end saw it, for conclude."""
+    timed_out: bool = False  # launch_timeout passed
+    late: list = field(default_factory=list)  # nodes where no process began within start_timeout
+    ending: dict = field(default_factory=dict)  # {node: its liveness verdict}: dead or silent too long
+    stopped: int | None = None  # the signal that stopped the run
+    survivors: list = field(default_factory=list)  # processes that outlived the stop
+    warnings: list = field(default_factory=list)
+    waiting: tuple = (None, None)  # a Slurm job's state and reason before its cancel
+    grow: list = field(default_factory=list)  # nodes back, taken in at the checkpoint
+    hung: dict | None = None  # progress.hung's verdict, with the ranks named and their stacks
+    rc: int | None = None
 
 
 class _Stop:
@@ -97,7 +113,7 @@ class Run:
     def __init__(self, run_dir: str):
         self.plan = SupervisorPlan.read(run_dir)
         self.run_dir = run_dir
-        self.nodes = [SimpleNamespace(**node) for node in self.plan.nodes]
+        self.nodes = [Node.of(node) for node in self.plan.nodes]
         record = new_record(self.plan)
         self.attempts: list = []  # with restarts: each attempt, as the record lists it
         if self.plan.attempts_before:
@@ -108,7 +124,7 @@ class Run:
         self.launcher_env: dict = {}  # a restart's environment over the supervisor's
         self.slurm_names: dict = {}  # {inventory name: Slurm's}, from each allocation
         self.not_alive: dict = {}  # after an attempt: {name: Verdict} of its nodes dead, lost or silent
-        self.proc = None  # the launcher (or Slurm job) of the attempt in flight
+        self.proc: subprocess.Popen | SlurmJob | None = None  # the launcher (or Slurm job) of the attempt in flight
         self.over = threading.Event()  # set when the attempt in flight ends: its threads stop
         self.port = self.plan.request.master_port  # the attempt's rendezvous port
         # Runs that heal (attempts.watch_left_out): nodes back that passed the checks, set when
@@ -149,10 +165,11 @@ class Run:
             order = [by_address.get(socket.gethostbyname(name)) for name in names]
         except OSError:
             return {}
-        if not names or None in order:
+        found = [node for node in order if node is not None]
+        if not names or len(found) < len(order):
             return {}
-        self.nodes = order
-        return {"nodes": [node.name for node in order], "slots": [node.slots for node in order]}
+        self.nodes = found
+        return {"nodes": [node.name for node in found], "slots": [node.slots for node in found]}
 
     def start(self, append: bool = False):
         plan, paths = self.plan, self.plan.paths
@@ -254,6 +271,7 @@ class Run:
                                   "workers": plan.paths.get("workers") or None, "port": self.port,
                                   **({"joined": self.joined} if self.joined else {}),
                                   **({"left": self.left} if self.left else {})})
+        assert plan.request.nodes is not None  # a run's request names its nodes
         left_out = [node["name"] for node in plan.request.nodes
                     if node["name"] not in {node.name for node in self.nodes}]
         watcher = None
@@ -271,22 +289,23 @@ class Run:
             watcher.join(timeout=PROBE_TIMEOUT + plan.request.stop_grace + 30)
         return self.conclude(proc, end, begun)
 
-    def wait_for_end(self, proc, begun: float) -> SimpleNamespace:
+    def wait_for_end(self, proc, begun: float) -> AttemptEnd:
         """Until the launcher ends, or the attempt must be ended: launch_timeout, ranks that never
         started, a node dead or lost, a stop. How it ended (timed_out, late, ending: {name:
         Verdict}, stopped, survivors, warnings, rc; waiting: a Slurm job's state and reason before
         it was cancelled)."""
         plan, run_id, grace = self.plan, self.plan.run_id, self.plan.request.stop_grace
         slurm_job, over = plan.request.scheduler == "slurm", self.over  # made anew for each attempt
-        end = SimpleNamespace(timed_out=False, late=[], ending={}, stopped=None, survivors=[], warnings=[],
-                              waiting=(None, None), grow=[], hung=None)
-        checkpoint, said_not_taken = None, {}  # a node back: rank 0's stdout, read for the checkpoint
+        end = AttemptEnd()
+        checkpoint = None  # a node back: rank 0's stdout, read for the checkpoint
+        said_not_taken: dict = {}
         everywhere = threading.Event()  # a process of the run runs on every node
         if plan.request.start_timeout and not slurm_job:
             threading.Thread(target=self.watch_start, args=(proc.pid, plan.request.start_timeout, end.late, over, everywhere),
                              daemon=True).start()
         watching = bool(plan.request.heartbeat_timeout and plan.request.check_nodes and plan.ssh and len(self.nodes) > 1)
-        liveness, said_everywhere, local, progress, shown_at, shown = None, False, None, None, 0.0, None
+        liveness, said_everywhere, local, progress, shown_at = None, False, None, None, 0.0
+        shown: dict | None = None
         globs: dict = {}
         try:
             while True:
@@ -368,6 +387,7 @@ class Run:
         if progress is not None and (last := progress.shown(wall_time) or None) != shown:
             self.keeper.update(progress=last)  # the stragglers named at the end are the end report's
         if end.hung:  # the ranks named, with the top of their stacks, while the attempt's progress is at hand
+            assert progress is not None  # end.hung is its verdict
             taken = end.hung.pop("stacks", None) or {}
             top = {rank: stacks.top_frames(taken[rank]) for rank in end.hung["stopped_first"] if rank in taken}
             end.hung["named"] = progress.named(end.hung["stopped_first"], wall_time) + "".join(
@@ -375,7 +395,7 @@ class Run:
             end.hung["stacks"] = sorted(taken)
         return end
 
-    def conclude(self, proc, end: SimpleNamespace, begun: float):
+    def conclude(self, proc, end: AttemptEnd, begun: float):
         """The attempt's end, cleaned up and said: (state, message, record changes, cause)."""
         plan, paths, run_id, grace = self.plan, self.plan.paths, self.plan.run_id, self.plan.request.stop_grace
         slurm_job, rc, ending = plan.request.scheduler == "slurm", end.rc, end.ending
@@ -387,9 +407,9 @@ class Run:
             if leftovers:
                 warnings.append(f"{len(leftovers)} process(es) of run {run_id} outlived the "
                                 f"launcher on the head and were stopped")
-        result = {"rc": rc, "duration": round(time.monotonic() - begun, 3), "timed_out": end.timed_out,
-                  "warnings": warnings, "stdout_tail": report.output_tail(paths, plan.worker_files),
-                  "rank0_tail": report.rank0_tail(plan.request.mode, paths)}
+        result: dict = {"rc": rc, "duration": round(time.monotonic() - begun, 3), "timed_out": end.timed_out,
+                        "warnings": warnings, "stdout_tail": report.output_tail(paths, plan.worker_files),
+                        "rank0_tail": report.rank0_tail(plan.request.mode, paths)}
         # After a run that failed or was stopped, nothing of it may stay on any node. Open MPI
         # ends the ranks it started, but torchrun's workers, in process groups of their own, can
         # outlive a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false).
@@ -432,6 +452,7 @@ class Run:
         elif slurm_job and slurm.verdict(proc.info, proc.job_id):
             # Slurm's word, whatever ExitCode says (it says 0:0 for some of these).
             said = slurm.verdict(proc.info, proc.job_id)
+            assert said is not None  # as just found
             state, rc = said["state"], said["rc"]
             result.update(rc=rc, timed_out=state == "timed_out")
             slurm_cause = said["msg"] if said["restart"] else None  # a node failed, a preemption: a restart helps
@@ -485,8 +506,8 @@ class Run:
         said = "no launcher had started"
         if proc is not None:
             if plan.request.scheduler == "slurm":
-                proc.cancel(plan.request.stop_grace)
-            elif proc.poll() is None:
+                proc.cancel(plan.request.stop_grace)  # type: ignore[union-attr]  # a SlurmJob under Slurm
+            elif proc.poll() is None:  # type: ignore[union-attr]  # else a Popen
                 stop_launcher(proc, plan.run_id, plan.request.stop_grace, launcher_grace=LOST_LAUNCHER_GRACE)
             end_run(plan.run_id, plan.request.stop_grace, spare_guardian=True)
             said = "its launcher and what the run ran on the head were ended"

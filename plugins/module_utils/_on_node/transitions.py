@@ -61,8 +61,10 @@ class Owner:
         return cls(os.getpid(), process_start(os.getpid()), boot_id())
 
     def holds(self, record: dict | None) -> bool:
-        return bool(record) and (record.get("supervisor_pid"), record.get("supervisor_start"),
-                                 record.get("boot_id")) == (self.pid, self.start, self.boot)
+        if not record:
+            return False
+        return (record.get("supervisor_pid"), record.get("supervisor_start"),
+                record.get("boot_id")) == (self.pid, self.start, self.boot)
 
     def fields(self) -> dict:
         return {"supervisor_pid": self.pid, "supervisor_start": self.start, "boot_id": self.boot}
@@ -107,7 +109,7 @@ def check(name: str, on_disk: dict | None, owner: Owner, to: str, guardian: bool
         raise RecordRefused(f"{name}: not to {to}")
 
 
-def read_state_of(on_disk: dict) -> str:
+def read_state_of(on_disk: dict) -> str | None:
     """The state a reader sees: an active run without its supervisor is lost."""
     if on_disk.get("state") in ACTIVE and not supervisor_alive(on_disk):
         return S.LOST.value

@@ -15,7 +15,7 @@ spec = importlib.util.spec_from_file_location("write_launch_options", REPO / "to
 writer = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(writer)
 lo = sys.modules[writer.module_documentation.__module__]  # the table the writer reads
-WRITTEN = ("SPEC", "DEFAULTS", "PLAYBOOK", "VALIDATE", "RUN", "FRAGMENT")
+WRITTEN = ("SPEC", "DEFAULTS", "PLAYBOOK", "VALIDATE", "RUN", "FRAGMENT", "REQUEST", "VARIABLES")
 
 
 @pytest.fixture(name="copy")
@@ -30,6 +30,11 @@ def fixture_copy(tmp_path, monkeypatch):
         shutil.copyfile(getattr(writer, name), path)
         monkeypatch.setattr(writer, name, path)
         paths[name] = path
+    tasks = {}
+    for state, original in writer.STATE_TASKS.items():
+        tasks[state] = tmp_path / original.relative_to(REPO)
+        shutil.copyfile(original, tasks[state])
+    monkeypatch.setattr(writer, "STATE_TASKS", tasks)
     return paths
 
 
@@ -103,6 +108,9 @@ def test_a_new_option_is_written_from_the_table_alone(copy, monkeypatch):
     assert role == {"type": "int", "default": 5, "description": "Steps before the timer starts."}
     assert "launch_warmup_steps: 5\n" in writer.DEFAULTS.read_text()
     assert "      warmup_steps: [launch_warmup_steps]\n" in writer.PLAYBOOK.read_text()
+    assert "    warmup_steps: int = 5\n" in writer.REQUEST.read_text()  # the typed request's field
+    assert "| `warmup_steps` | `launch_warmup_steps` |  | `5` | Steps before the timer starts. |\n" in writer.VARIABLES.read_text()
+    assert "warmup_steps" not in writer.STATE_TASKS["stopped"].read_text()  # not also_for a stop
     assert writer.main(["--check"]) == 0
 
 

@@ -52,14 +52,14 @@ def test_as_int_names_what_is_not_a_number():
 def test_a_plan_from_the_facts_setup_cached(cache):
     plan, source = tfplan.build("train.py", ["--lr", "0.1"], {"run_id": "tf-1", "cluster_user_name": "trainer"},
                                 HOSTS, hostvars(cluster_user_name="trainer"), cache)
-    assert source == "facts" and plan.head == "gpu01" and plan.run_id == "tf-1"
+    assert source == "facts" and plan.request.head == "gpu01" and plan.run_id == "tf-1"
     assert [(n.name, n.address, n.slots, n.interface) for n in plan.nodes] == [
         ("gpu01", "10.9.0.11", 4, "ib0"), ("gpu02", "10.9.0.12", 4, "ib0")]
     # The home setup recorded for the account, the environment's tools it found.
-    assert plan.script == "/data/trainer/torchfleet/scripts/train.py" and plan.script_args == ("--lr", "0.1")
+    assert plan.request.script == "/data/trainer/torchfleet/scripts/train.py" and plan.request.script_args == ["--lr", "0.1"]
     assert plan.hostfile_path == "/data/trainer/torchfleet/runs/tf-1/hostfile"
-    assert plan.python == "/opt/env/bin/python" and plan.torchrun == "/opt/env/bin/torchrun"
-    assert plan.launcher == "/usr/bin/mpirun" and plan.allow_run_as_root is False
+    assert plan.request.python == "/opt/env/bin/python" and plan.request.torchrun == "/opt/env/bin/torchrun"
+    assert plan.request.launcher == "/usr/bin/mpirun" and plan.request.allow_run_as_root is False
     assert "PATH" in plan.env_pass
 
 
@@ -70,8 +70,8 @@ def test_a_plan_from_the_inventory_alone_needs_the_interface(tmp_path):
                                 hostvars(nproc_per_node=2), tmp_path)
     assert source == "inventory"
     assert [(n.address, n.slots, n.interface) for n in plan.nodes] == [("192.0.2.11", 2, "eth0"), ("192.0.2.12", 2, "eth0")]
-    assert plan.python == "python3" and plan.torchrun == "torchrun" and plan.launcher is None
-    assert plan.script == "/home/torchfleet/torchfleet/scripts/train.py"  # the role's default account and home
+    assert plan.request.python == "python3" and plan.request.torchrun == "torchrun" and plan.request.launcher is None
+    assert plan.request.script == "/home/torchfleet/torchfleet/scripts/train.py"  # the role's default account and home
     # One node needs no interface; the inventory's own is taken where -e gives none.
     one, _source = tfplan.build("train.py", [], {}, ["gpu01"], hostvars(), tmp_path)
     assert one.nodes[0].interface is None and one.nodes[0].address == "192.0.2.11"
@@ -112,7 +112,7 @@ def test_the_training_accounts_home(cache, extra, inventory, home):
 def test_root_runs_open_mpi_as_root_and_shared_storage_keeps_the_scripts_path(cache):
     plan, _source = tfplan.build("/shared/train.py", [], {"cluster_user_name": "root", "shared_storage": "true"}, HOSTS,
                                  hostvars(), cache)
-    assert plan.allow_run_as_root is True and plan.script == "/shared/train.py"
+    assert plan.request.allow_run_as_root is True and plan.request.script == "/shared/train.py"
 
 
 def test_a_new_run_id_each_time_unless_given(cache):
@@ -124,27 +124,27 @@ def test_a_new_run_id_each_time_unless_given(cache):
 
 def test_the_head_is_the_inventorys_or_the_first_node(cache):
     plan, _source = tfplan.build("train.py", [], {"torchfleet_head": "gpu02"}, HOSTS, hostvars(), cache)
-    assert plan.head == "gpu02"
+    assert plan.request.head == "gpu02"
 
 
 def test_mpich_mode_takes_what_setup_read_of_mpiexec(cache):
     facts(cache, "gpu01", "10.9.0.11", mpich_mpiexec="/opt/mpich/bin/mpiexec", mpich_found_launcher="hydra")
     plan, _source = tfplan.build("train.py", [], {"launch_mode": "mpich"}, HOSTS, hostvars(), cache)
-    assert plan.mode == "mpich" and plan.launcher == "/opt/mpich/bin/mpiexec" and plan.mpich_launcher == "hydra"
+    assert plan.request.mode == "mpich" and plan.request.launcher == "/opt/mpich/bin/mpiexec" and plan.request.mpich_launcher == "hydra"
     plan, _source = tfplan.build("train.py", [], {"launch_mode": "mpich", "mpich_launcher": "pals"}, HOSTS, hostvars(), cache)
-    assert plan.mpich_launcher == "pals"
+    assert plan.request.mpich_launcher == "pals"
 
 
 def test_a_batch_plan_has_placeholder_nodes_and_the_setups_interface(cache):
     plan, source = tfplan.build("train.py", [], {}, HOSTS, hostvars(), cache, batch_nodes=3, batch_slots=2)
-    assert source == "facts" and plan.head == "node0" and plan.script == "train.py"
+    assert source == "facts" and plan.request.head == "node0" and plan.request.script == "train.py"
     assert [(n.name, n.slots, n.interface) for n in plan.nodes] == [
         ("node0", 2, "ib0"), ("node1", 2, "ib0"), ("node2", 2, "ib0")]
-    assert plan.log_dir is None and plan.node_log_dir is None and plan.allow_run_as_root is False
-    assert plan.mpirun_extra_args[-3:] == ("--mca", "plm", "slurm")
+    assert plan.log_dir is None and plan.node_log_dir is None and plan.request.allow_run_as_root is False
+    assert plan.request.mpirun_extra_args[-3:] == ["--mca", "plm", "slurm"]
     pbs, _source = tfplan.build("train.py", [], {"nproc_per_node": 4}, HOSTS, hostvars(), cache, batch_nodes=2,
                                 batch_format="pbs")
-    assert pbs.nodes[0].slots == 4 and "plm" not in pbs.mpirun_extra_args
+    assert pbs.nodes[0].slots == 4 and "plm" not in pbs.request.mpirun_extra_args
 
 
 def test_a_batch_plan_of_several_nodes_needs_an_interface(tmp_path):

@@ -36,6 +36,21 @@ def test_a_good_request_has_no_problem(request_):
     assert launch_problems(request_) == []
 
 
+@pytest.mark.parametrize("mode, bind_to, refused", [
+    ("torchrun", "core", True), ("mpich", "core", True), ("rank", "core", False), ("torchrun", "socket", False),
+    ("torchrun", "numa", False), ("torchrun", "none", False)])
+def test_binding_each_torchrun_to_one_core_is_refused_outside_rank_mode(request_, mode, bind_to, refused):
+    request_.update(mode=mode, bind_to=bind_to, **({"mpich_launcher": "hydra"} if mode == "mpich" else {}))
+    said = [problem for problem in launch_problems(request_) if problem.startswith("bind_to")]
+    assert said == ([f"bind_to is core, but in {mode} mode mpirun starts one torchrun per node and its workers "
+                     f"inherit the binding: every worker of a node would share one core. Use bind_to=socket or "
+                     f"numa, or launch_mode=rank (one process a worker), or leave bind_to at none."] if refused else [])
+    request_.update(mode="mpich", mpich_launcher="pals", bind_to="numa")
+    assert [problem for problem in launch_problems(request_) if problem.startswith("bind_to")] == [
+        "bind_to is numa, but through Cray PALS torchfleet starts each node's torchrun with --cpu-bind none, and "
+        "PALS's binding is not mpirun's: leave bind_to at none."]
+
+
 def test_stop_checks_only_the_setup_facts(request_):
     request_.update(action="stop", script="", master_port="abc")
     assert launch_problems(request_) == []

@@ -41,7 +41,7 @@ def node(name, address, interface="eth0"):
     return SimpleNamespace(name=name, address=address, interface=interface, slots=2)
 
 
-PLAN = SimpleNamespace(run_id="r1", head="n0", python="/opt/env/bin/python", port=29500,
+PLAN = SimpleNamespace(run_id="r1", request=SimpleNamespace(head="n0", python="/opt/env/bin/python", master_port=29500),
                        nodes=[node("n0", "10.0.0.1"), node("n1", "10.0.0.2"), node("n2", "10.0.0.3")])
 
 

@@ -31,7 +31,7 @@ def test_the_request_fills_the_table_defaults_once_and_its_plan_renders():
     with pytest.raises(dataclasses.FrozenInstanceError):
         request.max_restarts = 2
     plan = plan_for(request, NODES, run_id="tf-1", run_dir="/r/tf-1")
-    assert (plan.port, plan.mode, plan.silent_node_timeout, plan.tree_spawn) == (DEFAULT_PORT, "torchrun", 120, False)
+    assert (plan.request.master_port, plan.request.mode, plan.request.silent_node_timeout, plan.request.tree_spawn) == (DEFAULT_PORT, "torchrun", 120, False)
     assert (plan.hostfile_path, plan.log_dir, plan.node_log_dir) == ("/r/tf-1/hostfile", "/r/tf-1/ranks", "/r/tf-1/workers")
     assert plan.nodes[0] == Node("n0", "10.0.0.1", 2, "eth0")
     assert render(plan).world_size == 4
@@ -47,7 +47,10 @@ def test_mpirun_rides_the_heads_ssh_only_where_it_uses_it():
 def test_run_json_keeps_the_request_without_its_secrets_or_files():
     request = lr.LaunchRequest.of({"nodes": NODES, "env_secrets": {"WANDB_API_KEY": "s3cret"},
                                    "file_contents": {"/s/train.py": "cHJpbnQoKQ=="}, "max_restarts": 2})
-    kept = vars(lr.stored(request))
+    kept = lr.stored(request).stored()
     assert kept["env_secrets"] == ["WANDB_API_KEY"] and "file_contents" not in kept
     assert "s3cret" not in json.dumps(kept) and kept["max_restarts"] == 2
     assert set(kept) == set(request.__dataclass_fields__) - {"file_contents"}
+    back = lr.LaunchRequest.from_stored(json.loads(json.dumps(kept)))  # as the supervisor reads run.json
+    assert isinstance(back, lr.LaunchRequest) and back == lr.stored(request)
+    assert back.env_secrets == {"WANDB_API_KEY": "<redacted>"} and back.file_contents == {}

@@ -9,6 +9,7 @@ import pytest
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_slurm
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import slurm
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan
+from plan_helpers import plan_of
 
 
 class Refused(Exception):
@@ -44,7 +45,7 @@ def partitions(monkeypatch):
 
 def a_plan(mode="torchrun", slots=(4, 4), **changes):
     nodes = tuple(Node(f"n{i}", f"10.0.0.{i + 1}", count, "eth0") for i, count in enumerate(slots))
-    return Plan(**{"nodes": nodes, "head": "n0", "script": "/s/train.py", "run_id": "r1",
+    return plan_of(**{"nodes": nodes, "head": "n0", "script": "/s/train.py", "run_id": "r1",
                    "hostfile_path": "/runs/r1/hostfile", "mode": mode, **changes})
 
 

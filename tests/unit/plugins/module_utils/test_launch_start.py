@@ -13,6 +13,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import RESERVED_ENV, Node, Plan
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest
+from plan_helpers import plan_of
 
 
 class _Module:
@@ -87,8 +88,8 @@ def test_env_pass_leaves_out_what_torchfleet_or_the_user_sets():
     taken = RESERVED_ENV | {"NCCL_DEBUG"}
     names, missing = start.resolve_env_pass([], environ, taken)
     assert names == ["PATH", "NCCL_ALGO"]
-    plan = Plan(nodes=(Node("a", "10.0.0.1", 1, "eth0"),), head="a", script="t.py", run_id="r",
-                hostfile_path="/tmp/h", env_pass=tuple(names), env_set={"NCCL_DEBUG": "INFO"})
+    plan = plan_of(nodes=(Node("a", "10.0.0.1", 1, "eth0"),), head="a", script="t.py", run_id="r",
+                   hostfile_path="/tmp/h", env_pass=tuple(names), env_set={"NCCL_DEBUG": "INFO"})
     render(plan)  # the renderer accepts the result
 
 

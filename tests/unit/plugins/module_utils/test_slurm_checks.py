@@ -8,20 +8,21 @@ import pytest
 from ansible_collections.torchfleet.cluster.plugins.filter.launch_problems import launch_problems
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import batch_script as _batch_script, launch_plan as lp
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
+from plan_helpers import plan_of
 
 
 def test_the_allocation_plan_has_placeholders_and_no_ssh():
-    plan = lp.Plan(nodes=(lp.Node("a", "10.0.0.1", 2, "eth0"), lp.Node("b", "10.0.0.2", 2, "eth0")),
+    plan = plan_of(nodes=(lp.Node("a", "10.0.0.1", 2, "eth0"), lp.Node("b", "10.0.0.2", 2, "eth0")),
                    head="a", script="/s/train.py", run_id="r1", hostfile_path="/runs/r1/hostfile",
                    ssh_control_path="/tmp/tf-ssh-x/%C")
     slurm = _batch_script.for_allocation(plan, "slurm", 3, 2, run_id="r1")
-    assert [n.name for n in slurm.nodes] == ["node0", "node1", "node2"] and slurm.head == "node0"
+    assert [n.name for n in slurm.nodes] == ["node0", "node1", "node2"] and slurm.request.head == "node0"
     assert slurm.nodes[0].address == _batch_script.HEAD and slurm.run_id == "r1"
-    assert slurm.ssh_control_path is None and slurm.mpirun_extra_args[-3:] == ("--mca", "plm", "slurm")
+    assert slurm.ssh_control_path is None and slurm.request.mpirun_extra_args[-3:] == ["--mca", "plm", "slurm"]
     argv = render(slurm).argv
     assert not any("plm_rsh_args" in word for word in argv)
     pbs = _batch_script.for_allocation(plan, "pbs", 2, 2)
-    assert pbs.run_id == _batch_script.RUN_ID and "plm" not in pbs.mpirun_extra_args
+    assert pbs.run_id == _batch_script.RUN_ID and "plm" not in pbs.request.mpirun_extra_args
 
 
 def request(**changes):

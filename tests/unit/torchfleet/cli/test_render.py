@@ -11,6 +11,7 @@ import pytest
 
 from cli_helpers import NASTY, run_cli, write_facts, write_inventory
 from torchfleet.collection import module_util
+from plan_helpers import plan_of
 
 lp = module_util("_on_node.launch_plan")
 render = module_util("_on_node.renderer").render
@@ -119,7 +120,7 @@ def test_render_mpich_mode_takes_what_setup_read_of_mpiexec(project, capsys):
 
 def test_render_plan_error_exits_1(project, capsys):
     rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "master_port=80")
-    assert rc == 1 and "port 80 is not usable" in err
+    assert rc == 1 and "master_port is '80': give the rendezvous port on the head as a number from 1024 to 65535" in err
 
 
 FAKE_MPIRUN = """#!/bin/sh
@@ -181,7 +182,7 @@ def test_batch_script_runs_the_same_launch(project, capsys, fmt):
 
     hostfile_path = (project / "out.path").read_text().strip()
     argv = (project / "out.argv").read_bytes().decode().split("\0")[:-1]
-    expected = render(lp.Plan(
+    expected = render(plan_of(
         nodes=(lp.Node("a", "n1", 4, "ib0"), lp.Node("b", "n2", 4, "ib0")), head="a",
         script="train.py", run_id=run_id, hostfile_path=hostfile_path, script_args=tuple(NASTY),
         env_pass=("PATH",),

@@ -118,12 +118,14 @@ def test_the_index_read_is_that_of_the_account_whose_runs_they_are(tmp_path):
     assert rr.owner_of(str(tmp_path / "runs" / "tf-1")) == me
 
 
-def test_run_json_holds_the_request_whole_and_reads_back_with_its_options_as_attributes(tmp_path, supervisor_plan):
+def test_run_json_holds_the_request_whole_and_reads_back_as_the_same_class(tmp_path, supervisor_plan):
     plan = supervisor_plan(max_restarts=2, env_secrets={"WANDB_API_KEY": "s3cret"}, fewest_nodes=1)
     (tmp_path / rr.PLAN_FILE).write_text(plan.to_json())
     assert "s3cret" not in (tmp_path / rr.PLAN_FILE).read_text()
     again = rr.SupervisorPlan.read(str(tmp_path))
-    assert (again.request.max_restarts, again.request.env_secrets, again.fewest_nodes) == (2, ["WANDB_API_KEY"], 1)
+    assert (again.request.max_restarts, again.request.env_secrets, again.fewest_nodes) == (
+        2, {"WANDB_API_KEY": "<redacted>"}, 1)
+    assert type(again.request) is type(plan.request) and again.request == plan.request
     assert again.head == plan.head == "n0" and again.to_json() == plan.to_json()
     # The follower reads run.json as plain JSON: the request's options under `request`, or at the
     # top in a run.json an older torchfleet wrote.

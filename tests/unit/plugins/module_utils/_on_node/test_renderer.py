@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from plan_helpers import HOSTFILE, make_plan, node, shell_tail
+from plan_helpers import HOSTFILE, make_plan, node, plan_of, shell_tail
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import launch_plan as lp
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan, PlanError
@@ -98,6 +98,15 @@ def test_ipv6_head_endpoint_is_bracketed():
     rendered = render(make_plan(nodes=nodes, head="a", network="fd00::/64"))
     assert "'--rdzv-endpoint=[fd00::2]:29500'" in shell_tail(rendered.argv)[2]
     assert rendered.hostfile == "fd00::2 slots=2\nfd00::3 slots=2\n"
+
+
+@pytest.mark.parametrize("mode", ["torchrun", "rank", "mpich"])
+def test_bind_to_reaches_the_launchers_own_flag(mode):
+    hydra = {"mpich_launcher": "hydra"} if mode == "mpich" else {}
+    argv = render(make_plan(mode=mode, bind_to="numa", **hydra)).argv
+    flag = "-bind-to" if mode == "mpich" else "--bind-to"
+    assert argv[argv.index(flag) + 1] == "numa" and argv.count(flag) == 1
+    assert render(make_plan(mode=mode, **hydra)).argv[argv.index(flag) + 1] == "none"  # the default, as before
 
 
 def test_rank_mode_shape_with_uneven_slots():
@@ -336,7 +345,7 @@ def test_render_is_deterministic():
 # ---------------------------------------------------------------------------------------------
 
 GOLDEN_PLANS = {
-    "torchrun_three_nodes": Plan(
+    "torchrun_three_nodes": plan_of(
         nodes=(Node("gpu-b", "172.18.0.3", 8, "eth0"), Node("gpu-a", "172.18.0.2", 8, "eth0"),
                Node("gpu-c", "172.18.0.4", 8, "eth0")),
         head="gpu-a", script="/srv/train/ddp.py",
@@ -348,13 +357,13 @@ GOLDEN_PLANS = {
         env_pass=("HF_HOME",), env_secrets=("WANDB_API_KEY", "HF_TOKEN"),
         env_set={"NCCL_DEBUG": "WARN"}, mpirun_extra_args=("--mca", "btl_tcp_links", "2"),
     ),
-    "rank_uneven_mixed_nics": Plan(
+    "rank_uneven_mixed_nics": plan_of(
         nodes=(Node("head", "10.0.0.1", 4, "eth0"), Node("w1", "10.0.0.2", 2, "ens5")),
         head="head", mode="rank", script="/srv/train/mpi_ddp.py", script_args=("--batch", "64"),
         run_id="rank-run", hostfile_path="/tmp/torchfleet/rank-run/hosts", port=29511,
         python="/opt/torchfleet/env/bin/python", allow_run_as_root=True, tree_spawn=True,
     ),
-    "mpich_pals_two_nodes": Plan(
+    "mpich_pals_two_nodes": plan_of(
         nodes=(Node("dec0001", "10.140.0.11", 4, "hsn0"), Node("dec0002", "10.140.0.12", 4, "hsn0")),
         head="dec0001", mode="mpich", script="tutorials/print_hostinfo.py", run_id="pals-1",
         hostfile_path="/glade/work/u/.torchfleet/pals-1/hosts",
@@ -362,7 +371,7 @@ GOLDEN_PLANS = {
         env_pass=("LD_LIBRARY_PATH",), node_log_dir="/glade/work/u/.torchfleet/pals-1/workers",
         mpich_launcher="pals",
     ),
-    "mpich_hydra_three_nodes": Plan(
+    "mpich_hydra_three_nodes": plan_of(
         nodes=(Node("n0", "10.1.0.10", 2, "ib0"), Node("n1", "10.1.0.11", 2, "ib0"),
                Node("n2", "10.1.0.12", 2, "ib0")),
         head="n0", mode="mpich", mpich_launcher="hydra", script="/home/u/train.py",

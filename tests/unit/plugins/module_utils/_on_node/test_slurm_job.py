@@ -11,6 +11,7 @@ import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import slurm, slurm_job
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan
+from plan_helpers import plan_of
 
 
 class Keeper:
@@ -213,8 +214,8 @@ def test_cancel_gives_up_after_the_grace_and_a_minute(tmp_path, scontrol, clock,
 def test_next_job_writes_the_attempts_script_and_excludes_the_lost_nodes(tmp_path):
     run = a_run(tmp_path)
     run.slurm_names = {"b": "c2", "a": "c1", "z": "c9"}
-    plan = Plan(nodes=(Node("a", "10.0.0.1", 2, "eth0"), Node("c", "10.0.0.3", 2, "eth0")), head="a",
-                script="/s/train.py", run_id="r1", hostfile_path=f"{tmp_path}/hostfile.2", port=29502)
+    plan = plan_of(nodes=(Node("a", "10.0.0.1", 2, "eth0"), Node("c", "10.0.0.3", 2, "eth0")), head="a",
+                   script="/s/train.py", run_id="r1", hostfile_path=f"{tmp_path}/hostfile.2", port=29502)
     argv = slurm_job.next_job(run, 2, plan, ["z", "b", "unmapped"])
     path = f"{tmp_path}/job.2.sbatch"
     assert argv == ["/usr/bin/sbatch", "--parsable", "--comment=torchfleet", "--exclude=gpu[07-08],c2,c9",
@@ -230,8 +231,8 @@ def test_next_job_writes_the_attempts_script_and_excludes_the_lost_nodes(tmp_pat
 def test_next_job_without_exclusions_passes_none(tmp_path):
     run = a_run(tmp_path)
     run.plan.batch["extra_args"] = []
-    plan = Plan(nodes=(Node("a", "10.0.0.1", 2, "eth0"),), head="a", script="/s/train.py", run_id="r1",
-                hostfile_path=f"{tmp_path}/hostfile.1")
+    plan = plan_of(nodes=(Node("a", "10.0.0.1", 2, "eth0"),), head="a", script="/s/train.py", run_id="r1",
+                   hostfile_path=f"{tmp_path}/hostfile.1")
     argv = slurm_job.next_job(run, 1, plan, [])
     assert not any(arg.startswith("--exclude") for arg in argv)
     assert argv[-2:] == ["--open-mode=append", f"{tmp_path}/job.1.sbatch"]
