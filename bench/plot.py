@@ -1,4 +1,4 @@
-"""Draw the figures in docs/performance.md from bench/results/*.json, as plain SVG (no plotting
+"""Draw the figures of bench/results/journal.md from bench/results/*.json, as plain SVG (no plotting
 library needed).
 
     python bench/plot.py
