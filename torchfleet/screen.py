@@ -22,7 +22,7 @@ def is_terminal(stream) -> bool:
 
 class Live:
     """Draws on a terminal: `line(text)` for a line, `piece(kind, key, text)` for the follower's
-    pieces (torchfleet.follow.follow's on_line and on_piece), `close()` at the end."""
+    pieces (torchfleet.run_stream.follow's on_line and on_piece), `close()` at the end."""
 
     def __init__(self, stream=None, errors=None):
         self.stream, self.errors = stream or sys.stdout, errors or sys.stderr

@@ -4,7 +4,8 @@ of its own before marking that step; the others mark it and wait for it in the a
 30-minute timeout), as the ranks of a real hang wait. A restart runs to its end.
 
 With --for-seconds, every rank steps apart from the others for that long (no collective until
-the end), the rank named by --slow-rank four times slower: a straggler; then, with --quiet-for,
+the end), the rank named by --slow-rank four times slower: a straggler, the one named by --bar-rank
+drawing a `\r` progress bar instead of marks; then, with --quiet-for,
 rank 0 writes nothing for that long (an evaluation, a checkpoint) while the others wait for it."""
 
 import argparse
@@ -29,6 +30,7 @@ def main():
     parser.add_argument("--for-seconds", type=float, default=None)
     parser.add_argument("--slow-rank", type=int, default=None)
     parser.add_argument("--quiet-for", type=float, default=0.0)
+    parser.add_argument("--bar-rank", type=int, default=None)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -52,7 +54,10 @@ def step_apart(rank, args):
     step, end = 0, time.monotonic() + args.for_seconds
     while time.monotonic() < end:
         step += 1
-        print(f"TORCHFLEET_STEP {step}", flush=True)
+        if rank == args.bar_rank:  # a progress bar redrawn in place: no newline, no mark
+            print(f"\rstep {step} [{'#' * (step % 20):<20}]", end="", flush=True)
+        else:
+            print(f"TORCHFLEET_STEP {step}", flush=True)
         time.sleep(sleep)
     if rank == 0:
         time.sleep(args.quiet_for)

@@ -14,8 +14,8 @@ ENV_PYTHON = "/opt/torchfleet/envs/torchfleet/bin/python"
 
 
 def doctor(cluster, *extra):
-    """(exit code, results) of `python -m torchfleet.doctor --json` against the cluster."""
-    result = subprocess.run([sys.executable, "-m", "torchfleet.doctor", "-i", str(cluster.inventory), "--json", *extra],
+    """(exit code, results) of `python -m torchfleet.cli.doctor --json` against the cluster."""
+    result = subprocess.run([sys.executable, "-m", "torchfleet.cli.doctor", "-i", str(cluster.inventory), "--json", *extra],
                             cwd=REPO, env=cluster.env, capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode in (0, 1), result.stdout[-2000:] + result.stderr[-3000:]
     return result.returncode, json.loads(result.stdout)["results"]

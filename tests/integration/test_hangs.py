@@ -2,7 +2,8 @@
 blocks in a function of its own while the others wait for it in an all_reduce. The supervisor
 sees no progress while every node is alive, takes every rank's stack, ends the attempt and
 restarts it, or ends the run hung. And a rank stepping four times slower than the others is named
-a straggler, while the run goes on and at its end; a run then quiet for 90 s is not hung.
+a straggler, while the run goes on and at its end (and a rank drawing a `\r` progress bar is making
+progress); a run then quiet for 90 s is not hung.
 
 The cluster is the session's shared one; test_faults' `restored` fixture leaves no run behind.
 """
@@ -70,7 +71,7 @@ def test_a_hang_without_restarts_ends_the_run_hung_with_its_own_exit_code_and_le
 def test_a_straggler_is_named_in_status_and_at_the_end_and_90_s_of_quiet_is_not_a_hang(cluster):
     run_id = f"tf-slow-{uuid.uuid4().hex[:8]}"
     launched = torchfleet(cluster, "launch", STOPPING, "-e", "nproc_per_node=1", "-e", f"run_id={run_id}", "--detach",
-                          "--", "--for-seconds", "45", "--slow-rank", "1", "--quiet-for", "90")
+                          "--", "--for-seconds", "45", "--slow-rank", "1", "--bar-rank", "2", "--quiet-for", "90")
     assert launched.returncode == 0, launched.stderr[-3000:]
     deadline, shown = time.monotonic() + 120, ""
     while "straggler:" not in shown and time.monotonic() < deadline:
@@ -78,6 +79,9 @@ def test_a_straggler_is_named_in_status_and_at_the_end_and_90_s_of_quiet_is_not_
         time.sleep(2)
     assert f"  straggler: rank 1 on {NODES[1]}: " in shown, shown
     assert "rank 0" not in shown.split("straggler:", 1)[1] and "rank 2" not in shown.split("straggler:", 1)[1], shown
+    # Rank 2 draws a \r progress bar, never a line or a mark: that is progress too.
+    bar = re.search(rf"\n  rank 2 on {NODES[2]}: (\d+) s ago\n", shown)
+    assert bar and int(bar.group(1)) < 30, shown
     print(shown)
     # Then every rank is quiet for 90 s (rank 0 "evaluates", the others wait for it): the default
     # timeout (600 s at least) neither ends it nor calls it stalled.

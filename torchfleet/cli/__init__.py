@@ -16,7 +16,7 @@ from torchfleet.cli.usage import UsageError
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:
-        from torchfleet import doctor
+        from torchfleet.cli import doctor
         return doctor.main(argv[1:])
     # Everything after the first `--` goes to the training script, byte for byte.
     script_args = None

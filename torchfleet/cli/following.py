@@ -16,15 +16,15 @@ JSON_REPORT_LINES = 1000  # the last lines of a run that --json reports carry
 
 def stream_head(args: argparse.Namespace, name: str, user: str, log_dir: str, hostvars: dict):
     """The head as the stream reaches it: Ansible's ssh for it, with -u, --private-key and -K."""
-    from torchfleet import follow
+    from torchfleet import run_stream
 
     try:
-        ssh, login = follow.ssh_login(name, hostvars, getattr(args, "user", None),
-                                      getattr(args, "private_key", None))
-    except follow.FollowError as error:
+        ssh, login = run_stream.ssh_login(name, hostvars, getattr(args, "user", None),
+                                          getattr(args, "private_key", None))
+    except run_stream.FollowError as error:
         raise UsageError(str(error)) from None
-    return follow.Head(name=name, user=user, log_dir=log_dir, ssh=ssh, login=login,
-                       become_password=follow.become_password(hostvars, getattr(args, "become_password", None)))
+    return run_stream.Head(name=name, user=user, log_dir=log_dir, ssh=ssh, login=login,
+                           become_password=run_stream.become_password(hostvars, getattr(args, "become_password", None)))
 
 
 def follow_target(args: argparse.Namespace) -> dict:
@@ -49,7 +49,7 @@ def follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True,
                   stop_on_interrupt=False) -> int:
     """Stream the run (rank 0, or every rank) until it ends, then its end report; the run's
     own exit code. `record`: the run had ended already, print its report only."""
-    from torchfleet import follow, screen
+    from torchfleet import run_stream, screen
 
     head = found["head"]
     ranks = ranks or shown_ranks(args)
@@ -65,8 +65,8 @@ def follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True,
             print(text, flush=True)
     try:
         if record is None:
-            record = follow.follow(head, found["hostvars"], run_id, ranks, from_start, on_line,
-                                   tail=getattr(args, "tail", None), on_piece=live and live.piece)
+            record = run_stream.follow(head, found["hostvars"], run_id, ranks, from_start, on_line,
+                                       tail=getattr(args, "tail", None), on_piece=live and live.piece)
         elif ranks == "0":  # it ended before it could be followed: rank 0's last lines instead
             for line in record.get("rank0_tail") or []:
                 on_line(line)
@@ -77,7 +77,7 @@ def follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True,
             return interrupted(args, run_id)
         print(f"torchfleet: stopped following; run {run_id or '(newest)'} goes on", file=sys.stderr)
         return INTERRUPTED
-    except follow.FollowError as error:
+    except run_stream.FollowError as error:
         print(f"torchfleet: {error}; the run goes on: torchfleet logs -f {run_id or ''}".rstrip(),
               file=sys.stderr)
         return 255
@@ -87,19 +87,19 @@ def follow_to_end(args, found, run_id, record=None, ranks=None, from_start=True,
     if record.get("state") == "unknown":
         print(f"torchfleet: {record.get('msg')}", file=sys.stderr)
         return 1
-    out, err = follow.end_report(record, head.name)
+    out, err = run_stream.end_report(record, head.name)
     if args.json:
         from torchfleet.collection import module_util
 
         run_record = module_util("_on_node.record")
         keys = run_record.RunRecord.keys(run_record.REPORTED)
-        print(json.dumps({"run_id": record.get("run_id"), "rc": follow.exit_code(record),
+        print(json.dumps({"run_id": record.get("run_id"), "rc": run_stream.exit_code(record),
                           "report": (list(shown) or record.get("rank0_tail") or []) + out,
                           "result": {key: record.get(key) for key in keys}, "artifacts": None}, indent=1))
     else:
-        follow.print_lines(out)
-    follow.print_lines(err, sys.stderr)
-    return follow.exit_code(record)
+        run_stream.print_lines(out)
+    run_stream.print_lines(err, sys.stderr)
+    return run_stream.exit_code(record)
 
 
 def interrupted(args: argparse.Namespace, run_id: str) -> int:

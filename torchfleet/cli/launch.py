@@ -59,7 +59,7 @@ def option_flags_given(args: argparse.Namespace, command: str | None = None) -> 
 def start_run(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
     """Run launch.yml for a run that starts (a launch, or a restart of a run that ended),
     detached on the head, then follow it here to its end unless --detach."""
-    from torchfleet import follow
+    from torchfleet import run_stream
     from torchfleet.ansible_calls import CtrlC
 
     ctrl_c = CtrlC()
@@ -92,8 +92,8 @@ def start_run(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
     if result.get("state") not in ACTIVE_STATES:  # it ended before every node's ranks ran: report it
         # Nothing to follow: the head by name alone, without loading Ansible's ssh plugin (docs/performance.md).
         told = told_by_playbook(outcome) or {}
-        head = follow.Head(name=told.get("head") or head_name, user=told.get("user", ""),
-                           log_dir=told.get("log_dir", ""), ssh=[])
+        head = run_stream.Head(name=told.get("head") or head_name, user=told.get("user", ""),
+                               log_dir=told.get("log_dir", ""), ssh=[])
         return follow_to_end(args, {"head": head, "hostvars": {}}, run_id, record=result)
     how = f"submitted as Slurm job {result['job_id']}" if result.get("job_id") else "started"
     try:  # a Ctrl-C from here on stops the run, as it does while the run is followed
@@ -123,6 +123,6 @@ def launched_target(outcome, args: argparse.Namespace) -> dict:
 
 def shared_storage(args: argparse.Namespace) -> bool:
     from torchfleet.extra_vars import parse_extra_vars
-    from torchfleet.plan import as_bool
+    from torchfleet.dry_run import as_bool
 
     return as_bool(parse_extra_vars(args.extra_vars).get("shared_storage", False))

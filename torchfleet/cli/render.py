@@ -14,7 +14,7 @@ from torchfleet.cli.usage import UsageError
 
 
 def render_command(args: argparse.Namespace) -> int:
-    from torchfleet import plan as tfplan
+    from torchfleet import dry_run as tfplan
     from torchfleet.collection import module_util
     from torchfleet.extra_vars import parse_extra_vars
     from torchfleet.inventory import cluster_group, inventory_paths, read_inventory

@@ -66,7 +66,7 @@ def wait_command(args: argparse.Namespace) -> int:
 def logs_command(args: argparse.Namespace) -> int:
     """The run's output (rank 0's, or every rank's), its end report if it has ended; with -f
     it follows the run until it ends and exits with its code."""
-    from torchfleet import follow
+    from torchfleet import run_stream
 
     if args.run_id:
         check_run_id(args.run_id)
@@ -83,10 +83,10 @@ def logs_command(args: argparse.Namespace) -> int:
     # The header names the state, known at the end: the lines wait in a file past a few MiB.
     with tempfile.SpooledTemporaryFile(max_size=8 << 20, mode="w+", encoding="utf-8") as lines:
         try:
-            record = follow.follow(head, found["hostvars"], args.run_id, shown_ranks(args),
-                                   on_line=lambda text: lines.write(text + "\n"), until_end=False,
-                                   tail=args.tail)
-        except follow.FollowError as error:
+            record = run_stream.follow(head, found["hostvars"], args.run_id, shown_ranks(args),
+                                       on_line=lambda text: lines.write(text + "\n"), until_end=False,
+                                       tail=args.tail)
+        except run_stream.FollowError as error:
             record = {"state": "unknown", "msg": str(error)}
         if record.get("state") == "unknown":
             print(f"torchfleet: no log of {'run ' + args.run_id if args.run_id else 'any run'} on "
@@ -99,8 +99,8 @@ def logs_command(args: argparse.Namespace) -> int:
         print(f"torchfleet: run {record['run_id']} is still running (torchfleet logs -f follows it)",
               file=sys.stderr)
     else:
-        out, err = follow.end_report(record, head.name)
-        follow.print_lines(out + err, sys.stderr)
+        out, err = run_stream.end_report(record, head.name)
+        run_stream.print_lines(out + err, sys.stderr)
     return 0
 
 

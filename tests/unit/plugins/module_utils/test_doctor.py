@@ -1,12 +1,12 @@
 """The doctor's judgement (_doctor.py), without a cluster; the command's table, JSON and exit codes
-(torchfleet/doctor.py) are in tests/unit/torchfleet/test_doctor_command.py."""
+(torchfleet/cli/doctor.py) are in tests/unit/torchfleet/cli/test_doctor_command.py."""
 
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import (
     analyse_interfaces, common_interfaces, doctor_results, known_hosts_block, probe_plan, ssh_problem,
     ssh_targets)
-from torchfleet import doctor
+from torchfleet.cli import doctor
 
 NODES = ("n0", "n1", "n2")
 ETH = {"n0": "10.0.0.1", "n1": "10.0.0.2", "n2": "10.0.0.3"}

@@ -16,7 +16,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils import _on_node
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import follower as fl
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import record as rr
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import tail as tl
-from torchfleet import follow
+from torchfleet import run_stream
 
 from run_helpers import running_record
 
@@ -64,7 +64,7 @@ def test_the_follower_passes_a_workers_bar_live_and_every_redraw_in_order(tmp_pa
     # In a pipe: each redraw a line, the last one the line's end; nothing glued, nothing lost.
     piped = []
     for raw in out.getvalue().splitlines():
-        follow.deliver(raw, piped.append)
+        run_stream.deliver(raw, piped.append)
     assert piped == [f"progress {step}/3" for step in range(4)]
 
 
@@ -114,8 +114,8 @@ def test_the_follower_runs_alone_as_the_controller_sends_it(tmp_path):
     # it must need nothing but the standard library.
     rr.write_state(str(tmp_path), running_record(state="succeeded", rc=0))
     (tmp_path / "launcher.log").write_text("[1,0]<stdout>:[default0]:hello\n")
-    head = follow.Head("h", "torchfleet", str(tmp_path), ["ssh", "h"])
-    argv = shlex.split(follow.remote_command(head, {"ansible_user": "torchfleet"}, ["print", str(tmp_path)]))
+    head = run_stream.Head("h", "torchfleet", str(tmp_path), ["ssh", "h"])
+    argv = shlex.split(run_stream.remote_command(head, {"ansible_user": "torchfleet"}, ["print", str(tmp_path)]))
     assert argv[:3] == ["python3", "-S", "-c"]
     done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin"}, check=False)
@@ -145,7 +145,7 @@ def _as_piped(out):
     line (a redraw or a piece of a line a line of its own), then the "E <record>" line."""
     shown = []
     for raw in out.getvalue().splitlines():
-        if follow.deliver(raw, lambda text: shown.append("L " + text)) is not None:
+        if run_stream.deliver(raw, lambda text: shown.append("L " + text)) is not None:
             shown.append(raw)
     return shown
 

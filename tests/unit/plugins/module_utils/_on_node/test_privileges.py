@@ -16,7 +16,7 @@ import pytest
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _on_node
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import privileges as pv
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import record as rr
-from torchfleet import follow
+from torchfleet import run_stream
 
 from run_helpers import running_record
 
@@ -77,8 +77,8 @@ def test_root_following_a_rewritten_run_runs_nothing_of_the_account_as_root(shar
         json.dump(plan, handle)
     rr.write_state(run_dir, running_record(state="succeeded", rc=0, nodes=["n0", "n1"], slots=[1, 1]))
     subprocess.run(["chown", "-R", f"{NOBODY.pw_uid}:{NOBODY.pw_gid}", os.path.join(shared, "home")], check=True)
-    head = follow.Head("h", "nobody", run_dir, ["ssh", "h"])
-    argv = shlex.split(follow.remote_command(head, {"ansible_user": "root"}, ["print", run_dir, "all"]))
+    head = run_stream.Head("h", "nobody", run_dir, ["ssh", "h"])
+    argv = shlex.split(run_stream.remote_command(head, {"ansible_user": "root"}, ["print", run_dir, "all"]))
     assert os.geteuid() == 0 and argv[:3] == ["python3", "-S", "-c"]
     done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin"}, check=False)
@@ -91,8 +91,8 @@ def test_root_refuses_a_run_in_a_directory_of_roots_others_write(shared):
     logs = os.path.join(shared, "logs")
     os.mkdir(logs)
     os.chmod(logs, 0o1777)
-    head = follow.Head("h", "nobody", logs, ["ssh", "h"])
-    argv = shlex.split(follow.remote_command(head, {"ansible_user": "root"}, ["print", logs]))
+    head = run_stream.Head("h", "nobody", logs, ["ssh", "h"])
+    argv = shlex.split(run_stream.remote_command(head, {"ansible_user": "root"}, ["print", logs]))
     done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin"}, check=False)
     said = json.loads(done.stdout.splitlines()[-1][2:])

@@ -12,7 +12,7 @@ import yaml
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _on_node
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import record as rr
 from ansible_collections.torchfleet.cluster.plugins.modules import torchrun_run_info
-from torchfleet import follow
+from torchfleet import run_stream
 
 from run_helpers import running_record
 
@@ -69,7 +69,7 @@ def test_a_run_whose_head_restarted_reads_as_lost_to_every_reader(tmp_path):
     read = rr.read_state(str(tmp_path))
     assert read["state"] == "lost"
     assert read["msg"].startswith("run tf-r is lost: its supervisor is gone (the head restarted)")
-    out, err = follow.end_report(read, "h")
+    out, err = run_stream.end_report(read, "h")
     assert out == [f"run tf-r: rc -, world size 2, - s, lost, logs in {tmp_path} on h"]
     assert "is running" not in " ".join(out + err)
 

@@ -1,4 +1,4 @@
-"""torchfleet/plan.py: the launch plan `torchfleet render` shows, built from the inventory's
+"""torchfleet/dry_run.py: the launch plan `torchfleet render` shows, built from the inventory's
 variables and setup's cached facts through the launch's own request and renderer, and its JSON
 and text forms. The command around it is in cli/test_render.py."""
 
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from torchfleet import plan as tfplan
+from torchfleet import dry_run as tfplan
 from torchfleet.extra_vars import RenderError
 
 HOSTS = ["gpu01", "gpu02"]

@@ -1,4 +1,4 @@
-"""torchfleet/follow.py: the controller's side of following a run (pure logic): the ssh command
+"""torchfleet/run_stream.py: the controller's side of following a run (pure logic): the ssh command
 Ansible's connection builds for the head, the follower's command line there, the end report and
 the exit code, and sudo's password on the stream's stdin."""
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from torchfleet import follow
+from torchfleet import run_stream
 
 
 def _options(argv):
@@ -25,9 +25,9 @@ def _options(argv):
 
 def test_ssh_argv_is_the_command_ansibles_ssh_connection_builds(monkeypatch):
     monkeypatch.delenv("ANSIBLE_SSH_ARGS", raising=False)
-    argv = follow.ssh_login("gpu01", {"ansible_host": "10.0.0.1", "ansible_port": 2222, "ansible_user": "admin",
-                                      "ansible_ssh_private_key_file": "/k/id",
-                                      "ansible_ssh_common_args": "-o ProxyJump=bastion -o UserKnownHostsFile=/k/kh"})[0]
+    argv = run_stream.ssh_login("gpu01", {"ansible_host": "10.0.0.1", "ansible_port": 2222, "ansible_user": "admin",
+                                          "ansible_ssh_private_key_file": "/k/id",
+                                          "ansible_ssh_common_args": "-o ProxyJump=bastion -o UserKnownHostsFile=/k/kh"})[0]
     options, rest = _options(argv)
     assert rest == ["-C", "10.0.0.1"]  # Ansible's default ssh_args keep compression on
     for wanted in ("Port=2222", 'IdentityFile="/k/id"', 'User="admin"', "ProxyJump=bastion",
@@ -36,7 +36,7 @@ def test_ssh_argv_is_the_command_ansibles_ssh_connection_builds(monkeypatch):
     # A connection of its own, first given so that it wins: never through a ControlPersist master.
     assert options[0] == "ControlPath=none", argv
     assert not any("StrictHostKeyChecking=no" in word for word in argv)
-    assert follow.ssh_login("gpu01", {})[0][-1] == "gpu01"
+    assert run_stream.ssh_login("gpu01", {})[0][-1] == "gpu01"
 
 
 def test_ssh_argv_takes_ansibles_configuration_and_ansible_ssh_args(monkeypatch, tmp_path):
@@ -46,8 +46,8 @@ def test_ssh_argv_takes_ansibles_configuration_and_ansible_ssh_args(monkeypatch,
     config = tmp_path / "ansible.cfg"
     config.write_text("[defaults]\nhost_key_checking = False\n[ssh_connection]\n"
                       "ssh_args = -o ProxyJump=ops@bastion.example -o ServerAliveInterval=5\n")
-    code = ("import json, sys; from torchfleet import follow; "
-            "print(json.dumps(follow.ssh_login('gpu01', json.loads(sys.argv[1]))[0]))")
+    code = ("import json, sys; from torchfleet import run_stream; "
+            "print(json.dumps(run_stream.ssh_login('gpu01', json.loads(sys.argv[1]))[0]))")
     env = {**os.environ, "ANSIBLE_CONFIG": str(config)}
     argv = json.loads(subprocess.run([sys.executable, "-c", code, "{}"], env=env, capture_output=True,
                                      text=True, check=True).stdout)
@@ -63,30 +63,30 @@ def test_ssh_argv_takes_ansibles_configuration_and_ansible_ssh_args(monkeypatch,
 
 def test_ssh_login_takes_u_and_private_key_under_the_hosts_own_variables(monkeypatch):
     monkeypatch.delenv("ANSIBLE_SSH_ARGS", raising=False)
-    argv, login = follow.ssh_login("gpu01", {}, user="ops", private_key="/k/ops")
+    argv, login = run_stream.ssh_login("gpu01", {}, user="ops", private_key="/k/ops")
     assert login == "ops" and 'User="ops"' in argv and 'IdentityFile="/k/ops"' in argv
-    argv, login = follow.ssh_login("gpu01", {"ansible_user": "admin"}, user="ops")
+    argv, login = run_stream.ssh_login("gpu01", {"ansible_user": "admin"}, user="ops")
     assert login == "admin" and 'User="admin"' in argv
 
 
 def test_a_login_password_is_refused_by_name():
-    with pytest.raises(follow.FollowError, match="login password \\(ansible_password\\).*ssh key"):
-        follow.ssh_login("gpu01", {"ansible_password": "x"})
+    with pytest.raises(run_stream.FollowError, match="login password \\(ansible_password\\).*ssh key"):
+        run_stream.ssh_login("gpu01", {"ansible_password": "x"})
 
 
 def test_remote_command_switches_to_the_training_account_only_when_needed():
-    head = follow.Head("h", "torchfleet", "~torchfleet/torchfleet/runs", ["ssh", "h"])
-    assert follow.remote_command(head, {"ansible_user": "root"}, ["follow", "x"]).startswith("python3 -S -c ")
-    assert follow.remote_command(head, {"ansible_user": "torchfleet"}, ["follow", "x"]).startswith("python3 ")
-    assert follow.remote_command(head, {"ansible_user": "admin"}, ["follow", "x"]).startswith(
+    head = run_stream.Head("h", "torchfleet", "~torchfleet/torchfleet/runs", ["ssh", "h"])
+    assert run_stream.remote_command(head, {"ansible_user": "root"}, ["follow", "x"]).startswith("python3 -S -c ")
+    assert run_stream.remote_command(head, {"ansible_user": "torchfleet"}, ["follow", "x"]).startswith("python3 ")
+    assert run_stream.remote_command(head, {"ansible_user": "admin"}, ["follow", "x"]).startswith(
         "sudo -n -u torchfleet -- python3 -S -c ")
     # The account ssh logs in as (Ansible's remote_user, -u) decides, and a become password
     # (-K, ansible_become_password) is read by sudo from the stream's stdin.
     head.login = "ops"
-    assert follow.remote_command(head, {}, ["follow", "x"]).startswith("sudo -n -u torchfleet -- ")
-    head.become_password = follow.become_password({"ansible_become_password": "s3"})
-    assert head.become_password == "s3" and follow.become_password({}, "given") == "given"
-    assert follow.remote_command(head, {}, ["follow", "x"]).startswith("sudo -S -p '' -u torchfleet -- ")
+    assert run_stream.remote_command(head, {}, ["follow", "x"]).startswith("sudo -n -u torchfleet -- ")
+    head.become_password = run_stream.become_password({"ansible_become_password": "s3"})
+    assert head.become_password == "s3" and run_stream.become_password({}, "given") == "given"
+    assert run_stream.remote_command(head, {}, ["follow", "x"]).startswith("sudo -S -p '' -u torchfleet -- ")
 
 
 @pytest.mark.parametrize("record, code", [
@@ -98,20 +98,20 @@ def test_remote_command_switches_to_the_training_account_only_when_needed():
     ({"state": "failed", "rc": 0, "failed_exit_code": None}, 1),  # never 0 for a run that did not succeed
 ])
 def test_exit_code_is_the_runs_own(record, code):
-    assert follow.exit_code(record) == code
+    assert run_stream.exit_code(record) == code
 
 
 def test_end_report_names_the_cause_and_quotes_the_failing_log():
-    out, err = follow.end_report({"run_id": "r", "state": "failed", "rc": 1, "world_size": 6, "duration": 2.5,
-                                  "log_dir": "/runs/r", "msg": "rank 2 on n2 exited with code 3 first",
-                                  "failed_log": "/runs/r/workers/x/attempt_0/0/stderr.log",
-                                  "failed_host": "n2", "failed_log_tail": ["ModuleNotFoundError: No module named 'sympy'"]}, "n0")
+    out, err = run_stream.end_report({"run_id": "r", "state": "failed", "rc": 1, "world_size": 6, "duration": 2.5,
+                                      "log_dir": "/runs/r", "msg": "rank 2 on n2 exited with code 3 first",
+                                      "failed_log": "/runs/r/workers/x/attempt_0/0/stderr.log",
+                                      "failed_host": "n2", "failed_log_tail": ["ModuleNotFoundError: No module named 'sympy'"]}, "n0")
     assert out == ["run r: rc 1, world size 6, 2.5 s, failed, logs in /runs/r on n0"]
     assert err[1] == "torchfleet: the last lines of /runs/r/workers/x/attempt_0/0/stderr.log on n2:"
     assert err[2] == "  ModuleNotFoundError: No module named 'sympy'"
-    assert follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0}, "n0")[1] == []
+    assert run_stream.end_report({"run_id": "r", "state": "succeeded", "rc": 0}, "n0")[1] == []
     named = {"stragglers": {"1": "rank 1 on n1: 0.50 steps/s over its last 30 s, the others 2.00 (their median)"}}
-    assert follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0, "progress": named}, "n0")[1] == [
+    assert run_stream.end_report({"run_id": "r", "state": "succeeded", "rc": 0, "progress": named}, "n0")[1] == [
         "torchfleet: straggler: rank 1 on n1: 0.50 steps/s over its last 30 s, the others 2.00 (their median)"]
 
 
@@ -120,8 +120,8 @@ def test_end_report_names_each_attempts_end_the_swaps_and_the_nodes_not_taken_ba
                 {"attempt": 1, "nodes": ["n0", "n2"], "ended": "t2", "cause": "n1 back (grown at a checkpoint)",
                  "joined": ["n2"], "left": ["n1"]},
                 {"attempt": 2, "nodes": ["n0", "n1", "n2"], "ended": "t3", "cause": "", "joined": ["n1"]}]
-    _out, err = follow.end_report({"run_id": "r", "state": "succeeded", "rc": 0, "attempts": attempts,
-                                   "not_taken_back": {"n3": "another run is alive on it: r2"}}, "n0")
+    _out, err = run_stream.end_report({"run_id": "r", "state": "succeeded", "rc": 0, "attempts": attempts,
+                                       "not_taken_back": {"n3": "another run is alive on it: r2"}}, "n0")
     assert err == ["torchfleet: attempt 0 on n0, n1 ended t1: n1 died at t1; restarted (n2 in, n1 out)",
                    "torchfleet: attempt 1 on n0, n2 ended t2: n1 back (grown at a checkpoint); restarted (n1 in)",
                    "torchfleet: n3 came back but was not taken back: another run is alive on it: r2"]
@@ -135,9 +135,9 @@ FAKE_SSH = ("import json, sys; given = sys.stdin.readline().rstrip('\\n'); "
 
 
 def test_follow_hands_the_become_password_to_sudo_on_stdin_and_says_why_it_failed():
-    head = follow.Head("h", "torchfleet", "/runs", [sys.executable, "-c", FAKE_SSH], become_password="s3cret",
-                       login="ops")
-    assert follow.follow(head, {}, "tf-1", ranks="none")["state"] == "succeeded"
+    head = run_stream.Head("h", "torchfleet", "/runs", [sys.executable, "-c", FAKE_SSH], become_password="s3cret",
+                           login="ops")
+    assert run_stream.follow(head, {}, "tf-1", ranks="none")["state"] == "succeeded"
     head.become_password = "wrong"
-    with pytest.raises(follow.FollowError, match=r"ssh exited 1: sudo: a password is required"):
-        follow.follow(head, {}, "tf-1", ranks="none")
+    with pytest.raises(run_stream.FollowError, match=r"ssh exited 1: sudo: a password is required"):
+        run_stream.follow(head, {}, "tf-1", ranks="none")

@@ -1,4 +1,4 @@
-"""torchfleet/doctor.py: the `torchfleet doctor` command's table, JSON and exit codes, and how it
+"""torchfleet/cli/doctor.py: the `torchfleet doctor` command's table, JSON and exit codes, and how it
 runs the doctor playbook (collect). ansible-runner is a stand-in where a test names it; the last
 test runs the real playbook against an empty inventory. The doctor's judgement itself (_doctor.py)
 is in tests/unit/plugins/module_utils/test_doctor.py (hence this file's name: test_doctor.py is taken)."""
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from torchfleet import ansible_calls, doctor
+from torchfleet import ansible_calls
+from torchfleet.cli import doctor
 
 
 # --- table, JSON and exit codes ----------------------------------------------------------------
