@@ -130,6 +130,13 @@ def as_json(plan, rendered, source: str) -> dict:
             "env": rendered.display_env, "per_node_env": rendered.per_node_env, "source": source}
 
 
+# What the same launch through torchfleet runs beside this command (the renderer's input differs
+# in these alone: launch_plan.plan_for's control_path, supervised and site_dir).
+SUPERVISED = ("# torchfleet launch runs this command but for: its own run id (unless -e run_id=...), mpirun's ssh "
+              "through the launch's ssh masters (ControlPath), torchrun's --tee left off where the head reads the "
+              "workers' files, and the ranks' sitecustomize.py on PYTHONPATH (their stacks when the run hangs)")
+
+
 def as_text(plan, rendered, source: str) -> str:
     """The launch as a script that runs as shown, pasted into a shell on the head as the training
     account: the hostfile written, the launcher's environment exported, then the command."""
@@ -146,5 +153,6 @@ def as_text(plan, rendered, source: str) -> str:
                      f"here first")
     for node, values in rendered.per_node_env.items():
         lines += [f"# on {node}: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())]
+    lines.append(SUPERVISED)
     lines.append(rendered.command)
     return "\n".join(lines) + "\n"

@@ -8,6 +8,8 @@ kept. The supervisor does the rest as after a failure: the nodes that answer, fe
 
 from __future__ import annotations
 
+from typing import cast
+
 import dataclasses
 import os
 import time
@@ -63,8 +65,7 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
     """The run's plan for its next attempt: the attempts it had, and what the call overrides."""
     p = module.params
     attempts = record.get("attempts") or [{}]
-    assert plan.request.nodes is not None  # a run's request names its nodes
-    nodes = len(plan.request.nodes)
+    nodes = len(plan.request.nodes or ())
     min_nodes = p["min_nodes"] or plan.fewest_nodes
     if min_nodes > nodes:
         module.fail_json(msg=f"min_nodes is {min_nodes}, above run {plan.run_id}'s {nodes} nodes: give at "
@@ -79,8 +80,7 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
 def other_runs(module, plan: SupervisorPlan) -> list[dict]:
     """The runs of torchfleet other than this one alive on the run's nodes that answer now
     ([{node, run_id, pids}]): a restart onto them would put two trainings on one set of devices."""
-    assert plan.request.nodes is not None  # a run's request names its nodes
-    nodes = [Node(**node) for node in plan.request.nodes]
+    nodes = [Node(**node) for node in plan.request.nodes or ()]
     if not plan.request.check_nodes:
         nodes = [node for node in nodes if node.name == plan.head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
@@ -131,8 +131,7 @@ def run_restarted(module) -> None:
     refusal = restart_refusal(record, plan, run_id, run_dir)
     if refusal:
         module.fail_json(msg=f"refusing to restart: {refusal}", **result)
-    assert isinstance(plan, SupervisorPlan) and record is not None  # else refused above
-    plan = restarted_plan(module, plan, record)
+    plan = restarted_plan(module, cast(SupervisorPlan, plan), cast(dict, record))  # else refused above
     # The environment the run had, but for values never written down: its secrets, given again.
     rendered = render(plan_of_run(plan))
     missing = [name for name in rendered.secrets if name not in p["env_secrets"]]

@@ -42,6 +42,7 @@ def test_a_rank_that_blocks_is_found_hung_shown_with_its_stack_and_the_restart_s
     record = runs_json(cluster)[run_id]
     assert (record["state"], record["restarts"]) == ("succeeded", 1), record["msg"]
     cause = record["attempts"][0]["cause"]
+    assert record["attempts"][0]["hung"]["stopped_first"] == [2], record["attempts"][0]
     assert cause.startswith("hung: no progress since "), cause
     assert f"stopped first: rank 2 on {NODES[2]} (step 19, last progress at " in cause, cause
     assert "rank 2's stack: File " in cause and "in stuck_in_a_function_of_its_own" in cause, cause
@@ -80,8 +81,8 @@ def test_a_straggler_is_named_in_status_and_at_the_end_and_90_s_of_quiet_is_not_
     assert f"  straggler: rank 1 on {NODES[1]}: " in shown, shown
     assert "rank 0" not in shown.split("straggler:", 1)[1] and "rank 2" not in shown.split("straggler:", 1)[1], shown
     # Rank 2 draws a \r progress bar, never a line or a mark: that is progress too.
-    bar = re.search(rf"\n  rank 2 on {NODES[2]}: (\d+) s ago\n", shown)
-    assert bar and int(bar.group(1)) < 30, shown
+    drawn = re.search(rf"\n  rank 2 on {NODES[2]}: (\d+) s ago\n", shown)
+    assert drawn and int(drawn.group(1)) < 30, shown
     print(shown)
     # Then every rank is quiet for 90 s (rank 0 "evaluates", the others wait for it): the default
     # timeout (600 s at least) neither ends it nor calls it stalled.

@@ -65,7 +65,8 @@ def supervise(run) -> RunRecord:
         if cause is None or run.stop_requested() is not None or (not run.grew and spent >= plan.request.max_restarts):
             break
         grows += bool(run.grew)
-        run.attempts[-1].update(ended=now_iso(), cause=cause)
+        # A hung attempt keeps its verdict (the ranks that stopped first, where their stacks are).
+        run.attempts[-1].update(ended=now_iso(), cause=cause, **({"hung": result["hung"]} if result.get("hung") else {}))
         run.keeper.restarting(attempts=run.attempts, msg=f"attempt {attempt} of run {plan.run_id} ended ({cause}); "
                                                          f"waiting for {plan.fewest_nodes} node(s) to answer")
         nodes = nodes_for_restart(run)
@@ -125,8 +126,7 @@ def attempt_size(plan: SupervisorPlan) -> int:
     """The nodes an attempt uses at most: every node of the run but its spares."""
     if plan.world_nodes:
         return plan.world_nodes
-    assert plan.request.nodes is not None  # a run's request names its nodes
-    return len(plan.request.nodes)
+    return len(plan.request.nodes or ())
 
 
 def spares(names: list, head: str, count: int) -> list:

@@ -110,8 +110,7 @@ class NodeReader:
         is not the server's, is left out and said once."""
         pieces, failed, odd = False, None, 0  # a reader of this version says so first; an older one sends whole lines
         try:
-            assert self.proc.stdout is not None  # a pipe (__init__)
-            for raw in self.proc.stdout:
+            for raw in self.proc.stdout or ():  # a pipe (__init__)
                 self.heard = time.monotonic()
                 if raw == CAUGHT_UP:
                     self.caught_up = True
@@ -137,8 +136,7 @@ class NodeReader:
         finally:
             self.caught_up = True
             try:
-                assert self.proc.stderr is not None  # a pipe (__init__)
-                said = self.proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
+                said = (self.proc.stderr.read() if self.proc.stderr else b"").decode("utf-8", "replace").strip().splitlines()
                 rc = self.proc.wait()
             except (OSError, ValueError) as error:
                 said, rc = [f"its reader failed: {error!r}"], 1
@@ -148,8 +146,8 @@ class NodeReader:
     def finish(self) -> None:
         """The run has ended: the node's reader sends the rest of its files, then exits."""
         try:
-            assert self.proc.stdin is not None  # a pipe (__init__)
-            self.proc.stdin.close()
+            if self.proc.stdin:  # a pipe (__init__)
+                self.proc.stdin.close()
         except OSError:
             pass
 
@@ -332,8 +330,7 @@ def follow(run_dir: str, ranks: str = "0", from_start: bool = True, wait_start: 
         # A scheduler's job: its state and Slurm's reason, each time they change (pending, running).
         if record.get("state") in ACTIVE and record.get("job_state") and record.get("msg") != said:
             said = record.get("msg")
-            assert said is not None  # a job's state is recorded with its msg (slurm_job)
-            out.write(STATUS + said + "\n")
+            out.write(STATUS + str(said) + "\n")
             out.flush()
         if record.get("state") not in ACTIVE or not until_end:
             # The launcher's last words and the ranks' were written before the record.

@@ -52,8 +52,7 @@ def end_everywhere(plan: SupervisorPlan, record: dict | None) -> dict:
     stopped, survivors = end_run(plan.run_id, plan.request.stop_grace)
     ended = None
     # Every node of the request: a spare or a node taken back may run a later attempt.
-    assert plan.request.nodes is not None  # a run's request names its nodes
-    nodes = [Node.of(node) for node in plan.request.nodes]
+    nodes = [Node.of(node) for node in plan.request.nodes or ()]
     if plan.request.check_nodes and plan.ssh and len(nodes) > 1:
         ended = end_run_on_nodes(nodes, plan.head, plan.ssh, plan.request.python, plan.run_id, plan.request.stop_grace)
     if survivors:

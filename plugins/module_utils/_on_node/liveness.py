@@ -214,8 +214,7 @@ class NodeBeat:
             return
         self.boot, self.beat = boot, time.monotonic()
         while not self.stopped.is_set():
-            assert proc.stdout is not None  # a pipe (_session)
-            line = proc.stdout.readline()
+            line = proc.stdout.readline() if proc.stdout else b""  # a pipe (_session)
             if line.endswith(b"\n"):
                 self.beat = time.monotonic()
                 if line.startswith(b"P ") and self.progress is not None:

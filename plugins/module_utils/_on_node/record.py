@@ -286,14 +286,25 @@ def supervisor_alive(record: dict) -> bool:
             and process_start(pid) == record.get("supervisor_start"))
 
 
-def read_state(run_dir: str) -> dict | None:
-    """The run's record; `running` with its supervisor gone reads as `lost`. None if none."""
+def _record_on_disk(run_dir: str) -> dict | None:
     try:
         with open(os.path.join(run_dir, STATE_FILE), encoding="utf-8") as handle:
-            record = json.load(handle)
+            return json.load(handle)
     except (OSError, ValueError):
         return None
+
+
+def read_state(run_dir: str) -> dict | None:
+    """The run's record; `running` with its supervisor gone reads as `lost`. None if none."""
+    record = _record_on_disk(run_dir)
+    if record is None:
+        return None
     if record.get("state") in ACTIVE and not supervisor_alive(record):
+        # A supervisor writes its run's last record, then exits: one that did so between the
+        # read above and the look at it ended its run, which is not lost.
+        again = _record_on_disk(run_dir)
+        if again is not None and again.get("state") not in ACTIVE:
+            return again
         # Read, never written: whoever reads it says the same, and none says it runs.
         rebooted = record.get("boot_id") not in (None, boot_id())
         record["state"] = "lost"

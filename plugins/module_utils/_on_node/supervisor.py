@@ -271,8 +271,7 @@ class Run:
                                   "workers": plan.paths.get("workers") or None, "port": self.port,
                                   **({"joined": self.joined} if self.joined else {}),
                                   **({"left": self.left} if self.left else {})})
-        assert plan.request.nodes is not None  # a run's request names its nodes
-        left_out = [node["name"] for node in plan.request.nodes
+        left_out = [node["name"] for node in plan.request.nodes or ()
                     if node["name"] not in {node.name for node in self.nodes}]
         watcher = None
         if left_out and plan.request.check_nodes and plan.ssh:  # nodes lost earlier, spares
@@ -386,8 +385,7 @@ class Run:
                 local.close()
         if progress is not None and (last := progress.shown(wall_time) or None) != shown:
             self.keeper.update(progress=last)  # the stragglers named at the end are the end report's
-        if end.hung:  # the ranks named, with the top of their stacks, while the attempt's progress is at hand
-            assert progress is not None  # end.hung is its verdict
+        if end.hung and progress is not None:  # the ranks named, with the top of their stacks (hung: progress's verdict)
             taken = end.hung.pop("stacks", None) or {}
             top = {rank: stacks.top_frames(taken[rank]) for rank in end.hung["stopped_first"] if rank in taken}
             end.hung["named"] = progress.named(end.hung["stopped_first"], wall_time) + "".join(
@@ -449,10 +447,8 @@ class Run:
         elif end.grow:
             state = "failed"  # never the run's last state: the next attempt follows
             msg = f"run {run_id} ended its attempt at a checkpoint to grow to {', '.join(end.grow)}{left}"
-        elif slurm_job and slurm.verdict(proc.info, proc.job_id):
+        elif slurm_job and (said := slurm.verdict(proc.info, proc.job_id)):
             # Slurm's word, whatever ExitCode says (it says 0:0 for some of these).
-            said = slurm.verdict(proc.info, proc.job_id)
-            assert said is not None  # as just found
             state, rc = said["state"], said["rc"]
             result.update(rc=rc, timed_out=state == "timed_out")
             slurm_cause = said["msg"] if said["restart"] else None  # a node failed, a preemption: a restart helps

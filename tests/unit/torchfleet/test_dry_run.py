@@ -189,5 +189,5 @@ def test_as_text_is_a_script_a_shell_reads_as_it_is(cache):
     assert "export MSG='it'\"'\"'s'" in lines
     assert any(line.startswith("# passed on as this shell has them: ") and "HF_HOME" in line for line in lines)
     assert "# secrets, read from the controller's environment by a launch: export WANDB_API_KEY here first" in lines
-    assert lines[-1] == rendered.command and text.endswith("\n")
+    assert lines[-2] == tfplan.SUPERVISED and lines[-1] == rendered.command and text.endswith("\n")
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0

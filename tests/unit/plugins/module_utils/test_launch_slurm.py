@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_slurm
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import slurm
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node
 from plan_helpers import plan_of
 
 

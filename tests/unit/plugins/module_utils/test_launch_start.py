@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_start as start, _on_node
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import RESERVED_ENV, Node, Plan
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import RESERVED_ENV, Node
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest
 from plan_helpers import plan_of

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import launch_plan as lp, launch_request, plan_checks, renderer
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan, PlanError, new_run_id
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, PlanError, new_run_id
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from plan_helpers import plan_of
 

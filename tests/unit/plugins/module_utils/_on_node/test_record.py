@@ -32,6 +32,19 @@ def test_state_is_written_whole_and_a_gone_supervisor_reads_as_lost(tmp_path):
     assert rr.read_state(str(tmp_path))["state"] == "succeeded"  # an ended run stays as it ended
 
 
+def test_a_supervisor_that_wrote_its_last_record_and_exited_while_it_was_read_is_not_lost(tmp_path, monkeypatch):
+    rr.write_state(str(tmp_path), running_record())
+
+    def ended_meanwhile(record):  # the last record written, then the supervisor gone, between read and look
+        rr.write_state(str(tmp_path), running_record(state="succeeded", rc=0))
+        return False
+    monkeypatch.setattr(rr, "supervisor_alive", ended_meanwhile)
+    assert rr.read_state(str(tmp_path))["state"] == "succeeded"
+    rr.write_state(str(tmp_path), running_record())
+    monkeypatch.setattr(rr, "supervisor_alive", lambda record: False)  # gone with the run still running
+    assert rr.read_state(str(tmp_path))["state"] == "lost"
+
+
 def test_list_runs_newest_first_without_runs_that_have_no_record(tmp_path):
     for name, started in (("old", 1.0), ("new", 3.0), ("mid", 2.0)):
         (tmp_path / name).mkdir()

@@ -20,7 +20,7 @@ import pytest
 from plan_helpers import HOSTFILE, make_plan, node, plan_of, shell_tail
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import launch_plan as lp
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan, PlanError
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, PlanError
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import slurm, slurm_job
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, Plan
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node
 from plan_helpers import plan_of
 
 
