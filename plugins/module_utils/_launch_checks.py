@@ -21,6 +21,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.slurm 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (
     LIST_OPTIONS, OPTIONS, RESTART_OPTIONS)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import port_problem, uses_pals
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.plan_checks import torchrun_args_problem
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import truthy
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.liveness import SILENT_AFTER
 
@@ -111,6 +112,9 @@ def _start_problems(request: dict) -> list[str]:
     problems += [said for said in (port_problem(request["master_port"]),
                                    heartbeat_problem(request.get("heartbeat_timeout", 0)),
                                    hang_problem(request.get("hang_timeout", "auto"))) if said]
+    said = torchrun_args_problem(lists.get("torchrun_extra_args") or [], request["mode"])
+    if said:  # refused here, before any node, not first on the head
+        problems.append(said + ".")
     if request.get("bind_to", "none") != "none" and by_pals(request):
         problems.append(f"bind_to is {request['bind_to']}, but through Cray PALS torchfleet starts each node's "
                         f"torchrun with --cpu-bind none, and PALS's binding is not mpirun's: leave bind_to at none.")

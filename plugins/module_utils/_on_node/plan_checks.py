@@ -267,18 +267,24 @@ _TORCHRUN_OWNED = {"--" + name for stem in ("nnodes", "node-rank", "nproc-per-no
                    for name in (stem, stem.replace("-", "_"))} | {"-r", "-t", "-m"}
 
 
-def _check_torchrun_args(plan: Plan) -> None:
-    args = _string_tuple(plan.request.torchrun_extra_args, "torchrun_extra_args")
-    if args and plan.request.mode == "rank":
-        raise PlanError("torchrun_extra_args: rank mode runs no torchrun (one MPI rank per worker); remove "
-                        "them, or use mode torchrun")
+def torchrun_args_problem(args, mode: str) -> str | None:
+    """What is wrong with torchrun_extra_args (a list of strings) in `mode`; None when nothing is.
+    The controller's check (_launch_checks) and the plan's call it: one rule."""
+    if args and mode == "rank":
+        return "torchrun_extra_args: rank mode runs no torchrun (one MPI rank per worker); remove them, or use mode torchrun"
     for arg in args:
         if not arg or "\0" in arg:
-            raise PlanError(f"torchrun_extra_args: {arg!r} is empty or holds a NUL byte; remove it")
+            return f"torchrun_extra_args: {arg!r} is empty or holds a NUL byte; remove it"
         if arg.split("=", 1)[0] in _TORCHRUN_OWNED:
-            raise PlanError(f"torchrun_extra_args: {arg!r} overrides an option torchfleet sets; remove it "
-                            f"(nodes, workers and rendezvous come from the plan, logs from log_dir, restarts "
-                            f"from max_restarts)")
+            return (f"torchrun_extra_args: {arg!r} overrides an option torchfleet sets; remove it (nodes, workers "
+                    f"and rendezvous come from the plan, logs from log_dir, restarts from max_restarts)")
+    return None
+
+
+def _check_torchrun_args(plan: Plan) -> None:
+    said = torchrun_args_problem(_string_tuple(plan.request.torchrun_extra_args, "torchrun_extra_args"), plan.request.mode)
+    if said:
+        raise PlanError(said)
 
 
 def validate(plan: Plan) -> None:

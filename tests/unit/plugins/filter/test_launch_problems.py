@@ -51,6 +51,17 @@ def test_binding_each_torchrun_to_one_core_is_refused_outside_rank_mode(request_
         "PALS's binding is not mpirun's: leave bind_to at none."]
 
 
+@pytest.mark.parametrize("mode, args, said", [
+    ("torchrun", ["--nnodes=4"], "torchrun_extra_args: '--nnodes=4' overrides an option torchfleet sets"),
+    ("rank", ["--monitor-interval=1"], "torchrun_extra_args: rank mode runs no torchrun"),
+    ("torchrun", ["--monitor-interval=1"], None)])
+def test_torchrun_extra_args_are_refused_on_the_controller_as_the_plan_refuses_them(request_, mode, args, said):
+    request_["mode"] = mode
+    request_["lists"]["torchrun_extra_args"] = args
+    found = [problem for problem in launch_problems(request_) if problem.startswith("torchrun_extra_args")]
+    assert [problem[:len(said)] for problem in found] == ([said] if said else [])
+
+
 def test_stop_checks_only_the_setup_facts(request_):
     request_.update(action="stop", script="", master_port="abc")
     assert launch_problems(request_) == []
