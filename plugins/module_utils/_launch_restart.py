@@ -80,7 +80,7 @@ def restarted_plan(module, plan: SupervisorPlan, record: dict) -> SupervisorPlan
 def other_runs(module, plan: SupervisorPlan) -> list[dict]:
     """The runs of torchfleet other than this one alive on the run's nodes that answer now
     ([{node, run_id, pids}]): a restart onto them would put two trainings on one set of devices."""
-    nodes = [Node(**node) for node in plan.request.nodes or ()]
+    nodes = [Node.of(node) for node in plan.request.nodes or ()]
     if not plan.request.check_nodes:
         nodes = [node for node in nodes if node.name == plan.head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)

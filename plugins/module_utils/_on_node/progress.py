@@ -199,9 +199,10 @@ class Progress:
         oldest = min(entry.last for entry in self.ranks.values())
         return sorted(rank for rank, entry in self.ranks.items() if entry.last - oldest <= STOPPED_FIRST_WITHIN)
 
-    def judge_stragglers(self) -> None:
+    def judge_stragglers(self) -> dict[int, float]:
         """Name (and keep named, with its latest figures) each rank stepping under STRAGGLER_RATIO
-        of the median rate of the others, where that median makes STRAGGLER_MIN_STEPS a window."""
+        of the median rate of the others, where that median makes STRAGGLER_MIN_STEPS a window.
+        Returns every rank's rate where it has one."""
         rates = {rank: rate for rank, entry in self.ranks.items() if (rate := entry.rate()) is not None}
         for rank, rate in rates.items():
             others = sorted(value for other, value in rates.items() if other != rank)
@@ -211,6 +212,7 @@ class Progress:
             median = others[middle] if len(others) % 2 else (others[middle - 1] + others[middle]) / 2
             if median * STRAGGLER_WINDOW >= STRAGGLER_MIN_STEPS and rate < STRAGGLER_RATIO * median:
                 self.stragglers[rank] = (rate, median)
+        return rates
 
     def shown(self, wall) -> dict:
         """{hang_after: the seconds allowed now (None: never), ranks: {rank: {node, last (the
@@ -220,11 +222,11 @@ class Progress:
         with self.lock:
             if not self.ranks:
                 return {}
-            self.judge_stragglers()
+            rates = self.judge_stragglers()
             shown: dict = {"hang_after": None if allowed is None else round(allowed),
                            "ranks": {str(rank): {"node": entry.node, "last": wall(entry.last),
                                                  **({"step": entry.step} if entry.step is not None else {}),
-                                                 **({"rate": round(rate, 2)} if (rate := entry.rate()) is not None else {})}
+                                                 **({"rate": round(rates[rank], 2)} if rank in rates else {})}
                                      for rank, entry in sorted(self.ranks.items())}}
             if self.stragglers:
                 shown["stragglers"] = {
