@@ -46,11 +46,18 @@ def test_a_rank_that_blocks_is_found_hung_shown_with_its_stack_and_the_restart_s
     assert cause.startswith("hung: no progress since "), cause
     assert f"stopped first: rank 2 on {NODES[2]} (step 19, last progress at " in cause, cause
     assert "rank 2's stack: File " in cause and "in stuck_in_a_function_of_its_own" in cause, cause
+    # torch's flight recorder (gloo's): rank 2 entered 19 all_reduces, the others wait in the 20th.
+    assert "; rank 2 not in collective #20 the others entered (its newest: #19; " in cause, cause
+    assert record["attempts"][0]["hung"]["outside_collective"] == [2], record["attempts"][0]
     print(f"the hung attempt's cause: {cause}")
     stacks = torchfleet(cluster, "logs", run_id, "--stacks")
     assert stacks.returncode == 0, stacks.stderr[-2000:]
     assert f"# {run_id} attempt 0, rank 2\n" in stacks.stdout, stacks.stdout[-3000:]
     assert "in stuck_in_a_function_of_its_own" in stacks.stdout and "in all_reduce" in stacks.stdout, stacks.stdout
+    assert "torch's flight recorder (_dump_fr_trace_json, " in stacks.stdout, stacks.stdout[-3000:]
+    assert "process group 0 (default_pg): collectives enqueued up to #19, completed up to #19" in stacks.stdout
+    assert "process group 0 (default_pg): collectives enqueued up to #20, completed up to #19" in stacks.stdout
+    print(stacks.stdout[-1500:])
     for node in NODES:
         assert left_on(node) == [], node
 
@@ -65,6 +72,7 @@ def test_a_hang_without_restarts_ends_the_run_hung_with_its_own_exit_code_and_le
     assert f"stopped first: rank 1 on {NODES[1]} (step 4, " in said, said
     record = runs_json(cluster)[run_id]
     assert (record["state"], record["hung"]["stopped_first"]) == ("hung", [1]), record
+    assert record["hung"]["outside_collective"] == [1], record["hung"]
     for node in NODES:
         assert left_on(node) == [], node
 

@@ -120,7 +120,8 @@ class RunRecord:
     restarts: int = field(default=0, metadata=_shown(RESULT, LISTED, REPORTED))
     attempts: list | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
     # Each rank's last progress in the current attempt ({rank: {node, last, step}}, progress.py),
-    # and a hung attempt's verdict ({since, timeout, stopped_first: [rank...], named}).
+    # and a hung attempt's verdict ({since, timeout, stopped_first: [rank...], named, and
+    # outside_collective: [rank...] where torch's flight recorder showed ranks the others waited for}).
     progress: dict | None = field(default=None, metadata=_shown(LISTED, optional=True))
     hung: dict | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
     # Nodes back after a loss that the run did not grow to, and why ({node: reason}).

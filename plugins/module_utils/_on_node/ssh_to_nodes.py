@@ -116,13 +116,15 @@ def end_run_on_nodes(nodes, head: str, ssh: str | None, python: str, run_id: str
 
 def take_stacks(nodes, head: str, ssh: str | None, python: str, run_id: str, run_dir: str, attempt: int,
                 control_dir: str | None = None) -> dict:
-    """{rank: its Python stacks} of the attempt's ranks on every node that answers (stacks.py)."""
+    """{rank: its Python stacks and flight recorder} of the attempt's ranks on every node that
+    answers (stacks.take)."""
     if ssh is None:
         nodes = [node for node in nodes if node.name == head]
     request = {"stacks": {"run_id": run_id, "run_dir": run_dir, "attempt": attempt}}
     answers = probe_nodes(nodes, head, ssh, python, {node.name: request for node in nodes},
                           timeout=PROBE_TIMEOUT, connect_timeout=5, control_dir=control_dir) if nodes else {}
-    return {int(rank): text for answer in answers.values() for rank, text in (answer.get("stacks") or {}).items()}
+    return {int(rank): took for answer in answers.values() for rank, took in (answer.get("stacks") or {}).items()
+            if isinstance(took, dict)}
 
 
 def withdraw_from_board(nodes, head: str, ssh: str | None, python: str, run_id: str,

@@ -223,17 +223,20 @@ class Run:
                         plan.request.heartbeat_timeout, plan.control_dir, progress=progress, globs=globs)
 
     def keep_stacks(self) -> dict:
-        """{rank: its stacks} of the attempt's ranks on every node that answers, kept on the head
-        as RUN_DIR/stacks/attempt_N/rank_R.txt (`torchfleet logs --stacks`)."""
+        """{rank: {"stacks", "collectives", "entered"}} of the attempt's ranks on every node that
+        answers (stacks.take), kept on the head as RUN_DIR/stacks/attempt_N/rank_R.txt and, with
+        the flight recorder in short, rank_R.collectives.txt (`torchfleet logs --stacks`)."""
         plan, attempt = self.plan, self.attempt_number
         taken = take_stacks(self.nodes, plan.head, plan.ssh if plan.request.check_nodes else None,
                             plan.request.python, plan.run_id, plan.paths["run"], attempt, plan.control_dir)
         where = os.path.join(plan.paths["run"], stacks.STACKS_DIR, f"attempt_{attempt}")
         try:
             os.makedirs(where, mode=0o750, exist_ok=True)
-            for rank, text in taken.items():
-                with open(os.path.join(where, f"rank_{rank}.txt"), "w", encoding="utf-8") as handle:
-                    handle.write(text)
+            for rank, took in taken.items():
+                for suffix, key in ((".txt", "stacks"), (".collectives.txt", "collectives")):
+                    if took.get(key):
+                        with open(os.path.join(where, f"rank_{rank}{suffix}"), "w", encoding="utf-8") as handle:
+                            handle.write(took[key])
         except OSError:
             pass  # a full disk: the stacks are quoted in the record still
         return taken
@@ -387,9 +390,15 @@ class Run:
             self.keeper.update(progress=last)  # the stragglers named at the end are the end report's
         if end.hung and progress is not None:  # the ranks named, with the top of their stacks (hung: progress's verdict)
             taken = end.hung.pop("stacks", None) or {}
-            top = {rank: stacks.top_frames(taken[rank]) for rank in end.hung["stopped_first"] if rank in taken}
+            top = {rank: stacks.top_frames(taken[rank]["stacks"])
+                   for rank in end.hung["stopped_first"] if taken.get(rank, {}).get("stacks")}
+            outside = stacks.behind({rank: took.get("entered") or {} for rank, took in taken.items()})
             end.hung["named"] = progress.named(end.hung["stopped_first"], wall_time) + "".join(
-                f"; rank {rank}'s stack: {' <- '.join(frames)}" for rank, frames in top.items() if frames)
+                f"; rank {rank}'s stack: {' <- '.join(frames)}" for rank, frames in top.items() if frames) + "".join(
+                f"; rank {rank} not in collective #{others} the others entered (its newest: #{seq}; "
+                f"torch's flight recorder)" for rank, (seq, others) in outside.items())
+            if outside:
+                end.hung["outside_collective"] = sorted(outside)
             end.hung["stacks"] = sorted(taken)
         return end
 
@@ -439,6 +448,7 @@ class Run:
             result.update(rc=report.HUNG_RC, hung={
                 "since": since, "timeout": round(hung["allowed"]), "stopped_first": hung["stopped_first"],
                 "named": hung["named"], "stacks_of": hung["stacks"],
+                **({"outside_collective": hung["outside_collective"]} if hung.get("outside_collective") else {}),
                 "stacks": os.path.join(paths["run"], stacks.STACKS_DIR, f"attempt_{self.attempt_number}")})
             msg = report.hung_message(run_id, since, hung["allowed"], hung["named"], paths["run"], left)
         elif end.stopped:

@@ -1,5 +1,7 @@
 """stacks.py: a real rank blocked in C code arms faulthandler through the run's sitecustomize.py
-and gives its stack on the signal; only the run's own armed processes are signalled."""
+and gives its stack on the signal, and its flight recorder when asked; only the run's own armed
+processes are signalled. (The real torch's dump is proven on the cluster, test_hangs.py: torch is
+not in the controller's environment, so here a module of torch's name stands in for it.)"""
 
 import json
 import os
@@ -10,7 +12,13 @@ import time
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import stacks
 
 BLOCKED = """
-import threading
+import json, sys, threading, types
+if "--with-torch" in sys.argv:  # torch's dump function, as ProcessGroupGloo's recorder answers it
+    c10d = sys.modules["torch._C._distributed_c10d"] = types.ModuleType("torch._C._distributed_c10d")
+    c10d._dump_fr_trace_json = lambda: json.dumps({
+        "pg_status": {"0": {"last_enqueued_collective": "20", "last_completed_collective": "19"}},
+        "entries": [{"pg_id": 0, "process_group": ["0", "default_pg"], "record_id": 19, "collective_seq_id": 20,
+                     "profiling_name": "gloo:all_reduce", "state": "scheduled", "input_sizes": [[1]]}]}).encode()
 def stuck_in_my_own_function():
     threading.Event().wait()  # blocked in C, in a lock, as a rank in a collective
 print("ready", flush=True)
@@ -18,7 +26,7 @@ stuck_in_my_own_function()
 """
 
 
-def _rank(run_dir, rank, run_id="r1", restart=None):
+def _rank(run_dir, rank, run_id="r1", restart=None, with_torch=False):
     # As the renderer starts a rank: the site in the account's home, the stacks in the run's directory.
     site = stacks.site_dir(os.path.join(str(run_dir), "home"))
     os.makedirs(site, exist_ok=True)
@@ -28,7 +36,8 @@ def _rank(run_dir, rank, run_id="r1", restart=None):
                TORCHFLEET_STACKS_DIR=os.path.join(str(run_dir), stacks.STACKS_DIR))
     if restart is not None:
         env["TORCHFLEET_RESTART_COUNT"] = str(restart)
-    proc = subprocess.Popen([sys.executable, "-c", BLOCKED], env=env, stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKED] + (["--with-torch"] if with_torch else []), env=env,
+                            stdout=subprocess.PIPE)
     assert proc.stdout.readline() == b"ready\n"
     return proc
 
@@ -38,14 +47,44 @@ def test_a_rank_blocked_in_c_gives_every_threads_stack_and_its_own_function_on_t
     try:
         taken = stacks.take("r1", str(tmp_path), 0, wait=0.5)
         assert list(taken) == [2], taken  # the other run's process is not this run's
-        assert "most recent call first" in taken[2] and "in stuck_in_my_own_function" in taken[2], taken[2]
-        top = stacks.top_frames(taken[2])
+        text = taken[2]["stacks"]
+        assert "most recent call first" in text and "in stuck_in_my_own_function" in text, text
+        assert "in _torchfleet_flight_recorder" in text  # every thread, the recorder's too
+        assert (taken[2]["collectives"], taken[2]["entered"]) == ("", {})  # no torch in this process
+        top = stacks.top_frames(text)
         assert top and "in wait" in top[0] and any("stuck_in_my_own_function" in frame for frame in top), top
         assert all(proc.poll() is None for proc in ranks)  # the signal dumps, never ends a rank
     finally:
         for proc in ranks:
             proc.kill()
             proc.wait()
+
+
+def test_a_ranks_flight_recorder_is_dumped_beside_its_stacks_and_summed_up(tmp_path):
+    rank = _rank(tmp_path, 3, with_torch=True)
+    try:
+        taken = stacks.take("r1", str(tmp_path), 0, wait=0.5)
+        assert taken[3]["entered"] == {"0": 20}, taken
+        assert taken[3]["collectives"].splitlines() == [
+            "torch's flight recorder (_dump_fr_trace_json, 1 entries):",
+            "  process group 0 (default_pg): collectives enqueued up to #20, completed up to #19",
+            "    newest: #20 gloo:all_reduce, scheduled, sizes [[1]]"], taken[3]["collectives"]
+        kept = json.loads((tmp_path / "stacks" / "attempt_0" / f"rank_3.{rank.pid}.collectives.json").read_text())
+        assert kept["_dump_fr_trace_json"]["entries"][0]["collective_seq_id"] == 20  # the whole dump, on the node
+        assert stacks.take("r1", str(tmp_path), 0, wait=0.5)[3]["entered"] == {"0": 20}  # asked again, dumped again
+        assert rank.poll() is None
+    finally:
+        rank.kill()
+        rank.wait()
+
+
+def test_the_ranks_outside_the_collective_the_others_entered_are_behind():
+    entered = {0: {"0": 31, "1": 4}, 1: {"0": 30}, 2: {"0": 31}, 3: {}}
+    assert stacks.behind(entered) == {1: (30, 31)}
+    assert stacks.behind({0: {"0": 5}, 1: {"0": 5}}) == {}
+    assert stacks.behind({0: {"0": 5}}) == {}  # one rank's word: nothing to compare
+    assert stacks.collectives_summary({"_dump_fr_trace_json": "not a dump"}) == ("", {})
+    assert stacks.collectives_summary(None) == ("", {})
 
 
 def test_only_a_process_that_armed_the_handler_is_signalled(tmp_path):
@@ -91,7 +130,9 @@ def test_the_kept_stacks_are_read_by_attempt_and_rank(tmp_path):
         where.mkdir(parents=True, exist_ok=True)
         (where / f"rank_{rank}.txt").write_text(f"stack of {rank}")
     (tmp_path / "stacks" / "attempt_0" / "rank_3.77.txt").write_text("a rank's own dump, not kept")
-    expected = {"attempt_0": {2: "stack of 2", 10: "stack of 10"}, "attempt_1": {0: "stack of 0"}}
+    (tmp_path / "stacks" / "attempt_1" / "rank_0.collectives.txt").write_text("torch's flight recorder")
+    expected = {"attempt_0": {2: "stack of 2", 10: "stack of 10"},
+                "attempt_1": {0: "stack of 0\n\ntorch's flight recorder"}}
     assert stacks.kept_stacks(str(tmp_path)) == expected
 
 
@@ -101,3 +142,9 @@ def test_the_top_frames_are_the_current_threads():
             '  File "/x/t.py", line 20 in main\n  File "/x/t.py", line 30 in <module>\n  File "/x/t.py", line 31 in x\n')
     assert stacks.top_frames(text) == ['File "/x/t.py", line 9 in stuck', 'File "/x/t.py", line 20 in main',
                                        'File "/x/t.py", line 30 in <module>']
+
+
+def test_the_flight_recorders_thread_is_never_taken_for_the_ranks_top():
+    text = ('Thread 0x00007f03 (most recent call first):\n  File "/h/sitecustomize.py", line 30 in '
+            '_torchfleet_flight_recorder\n\nThread 0x00007f01 (most recent call first):\n  File "/x/t.py", line 9 in stuck\n')
+    assert stacks.top_frames(text) == ['File "/x/t.py", line 9 in stuck']
