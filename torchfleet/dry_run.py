@@ -61,19 +61,17 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
                               "(e.g. ib0 or eth0)")
         nodes.append(lp.Node(name="node0", address="node0", slots=slots, interface=interface))
         head = "node0"
-    else:
+    elif ready:  # as the launch role makes them (its filter launch_nodes)
         for host in hosts:
-            hv, fact = hostvars[host], facts[host]
-            if ready:
-                net = fact["preflight_net"]
-                gpus = _as_int(fact.get("preflight_gpu_count", 0), "preflight_gpu_count")
-                address, iface = net["address"], net.get("interface")
-            else:
-                gpus = _as_int(hv.get("nproc_per_node", 1), f"{host}: nproc_per_node")
-                address = hv.get("ansible_host", host)
-                iface = interface or hv.get("torchfleet_interface")
-            nodes.append(lp.Node(name=host, address=str(address), slots=lp.node_slots(gpus, nproc),
-                                 interface=iface))
+            _as_int(facts[host].get("preflight_gpu_count", 0), f"{host}: preflight_gpu_count")
+        nodes = [lp.Node.of(node) for node in lr.launch_nodes(
+            [{**facts[host], "inventory_hostname": host} for host in hosts], nproc)]
+    else:  # the inventory alone: a command a person could run, not a launch's
+        for host in hosts:
+            hv = hostvars[host]
+            gpus = _as_int(hv.get("nproc_per_node", 1), f"{host}: nproc_per_node")
+            nodes.append(lp.Node(name=host, address=str(hv.get("ansible_host", host)), slots=lp.node_slots(gpus, nproc),
+                                 interface=interface or hv.get("torchfleet_interface")))
     if not batch_nodes and len(nodes) > 1 and any(node.interface is None for node in nodes):
         raise RenderError("no facts cached for these nodes (run `torchfleet setup` first), and the "
                           "inventory does not name their cluster interface: give it with "
@@ -87,20 +85,17 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     workdir = request.get("workdir", f"{home}/torchfleet")
     run_id = request.get("run_id") or lp.new_run_id()
     log_dir = request.get("log_dir") or f"{workdir}/runs"
-    mode = request.get("mode", "torchrun")
     # The launcher's environment is the head's, unseen from here: PATH is passed as a launch passes it.
     env_pass = request.get("env_pass", [])
     env_pass += [name for name in ("PATH",) if name not in env_pass]
-    request.update(
-        head=head, script=script if request.get("shared_storage") else f"{workdir}/scripts/{os.path.basename(script)}",
-        script_args=list(script_args), python=head_facts.get("python_env_python", "python3"),
-        torchrun=head_facts.get("python_env_torchrun", "torchrun"),
-        # The full paths setup recorded, as the launch role passes them; mpich mode's flavour from
-        # -e mpich_launcher, else from what setup read of mpiexec.
-        launcher=head_facts.get("mpich_mpiexec" if mode == "mpich" else "openmpi_mpirun"),
-        mpich_launcher=(request.get("mpich_launcher") or head_facts.get("mpich_found_launcher") or None)
-        if mode == "mpich" else None,
-        allow_run_as_root=user == "root" and mode != "mpich")
+    # What the launch takes from the head's facts, by the launch role's own function (its filter).
+    resolved = lr.resolved(head_facts, mode=request.get("mode", "torchrun"), user=user, script=script,
+                           shared_storage=request.get("shared_storage", False),
+                           script_dir=request.get("script_dir") or f"{workdir}/scripts",
+                           mpich_launcher=request.get("mpich_launcher"))
+    # Without facts (the inventory alone), the plain names a launch could not use unchecked.
+    resolved.update(python=resolved["python"] or "python3", torchrun=resolved["torchrun"] or "torchrun")
+    request.update(resolved, head=head, script_args=list(script_args))
     plan = lp.plan_for(lr.LaunchRequest.of(request), nodes, run_id=run_id, run_dir=f"{log_dir}/{run_id}",
                        env_pass=env_pass, env_secrets=request.get("env_secrets", []),
                        env_set={str(k): str(v) for k, v in request.get("env_set", {}).items()})

@@ -56,7 +56,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("script", "path", "The training script (on the controller; on the nodes with shared_storage).",
            role_type="str", role_default="", short="script",
            module_doc="The training script's path on the nodes. Required with O(state=started).",
-           module_value="{{ _script }}"),  # _script: run.yml's task variable, the script's path on the nodes
+           module_value="{{ _launch_resolved.script }}"),  # run.yml's task variable: _launch_request.resolved
     Option("script_args", "list", "Arguments passed to every rank exactly as given.", default=[],
            elements="str", short="script_args",
            module_doc="Arguments for the script; they reach it on every rank exactly as given.", example=("--epochs", "3")),
@@ -101,7 +101,7 @@ OPTIONS: tuple[Option, ...] = (
                "O(check_nodes=false)) and Ansible does it on the other nodes.",
                "There is no default; the launch role passes what setup read from C(mpiexec --version) (fact "
                "C(mpich_found_launcher)), and O(mode=mpich) without it is refused."),
-           module_value="{{ launch_mpich_launcher if launch_mode == 'mpich' else omit }}"),
+           module_value="{{ _launch_resolved.mpich_launcher or omit }}"),
     Option("master_port", "int", "Rendezvous port on the head node, a number from 1024 to 65535.",
            default=DEFAULT_PORT, role_type="raw", short="master_port",
            module_doc="Rendezvous port on the head node (E(MASTER_PORT) in rank mode)."),
@@ -113,20 +113,15 @@ OPTIONS: tuple[Option, ...] = (
                "then be equal."),
            module_value=None),  # run.yml hands it over inside nodes: each node's slots
     Option("python", "str", "Python interpreter on the nodes (rank mode).", default="python3", role=None,
-           module_value="{{ hostvars[launch_head].python_env_python }}"),
+           module_value="{{ _launch_resolved.python }}"),
     Option("torchrun", "str", "C(torchrun) on the nodes (torchrun and mpich modes).", default="torchrun",
            role=None,
-           module_value="{{ hostvars[launch_head].python_env_torchrun or omit }}",
-           module_note="Empty with python_env_engine=none, which only rank mode (no torchrun) accepts."),
+           module_value="{{ _launch_resolved.torchrun or omit }}"),
     Option("launcher", "str",
            ("Path of C(mpirun) or C(mpiexec) on the head; default V(mpirun), V(mpiexec) in mpich mode. Give the "
             "full path (setup records C(mpirun.openmpi) and C(mpiexec.hydra)) where Open MPI and MPICH share a "
             "node, as the plain names are alternatives either may hold."), role=None,
-           module_value=(
-               "{{ hostvars[launch_head].mpich_mpiexec if launch_mode == 'mpich' else "
-               "hostvars[launch_head].openmpi_mpirun | default(omit) }}"),
-           module_note=(
-               "The full path setup recorded: plain mpirun and mpiexec are alternatives either MPI may hold.")),
+           module_value="{{ _launch_resolved.launcher or omit }}"),
     Option("network", "str", "The cluster network as a CIDR; Open MPI then uses it for its own traffic.", role=None),
     Option("env_pass", "list", "Environment names passed to every rank (PATH, LD_LIBRARY_PATH and "
            "NCCL_* when set).", default=[], elements="str", no_log=False, short="env_pass",
@@ -144,7 +139,8 @@ OPTIONS: tuple[Option, ...] = (
                "Secret variables, name to value (for example an API key read on the controller). The values go only "
                "into the launcher's environment and travel to the ranks by name; they are never on a command line, "
                "in the results or in logs the module writes."),
-           module_value="{{ dict(launch_env_secrets | zip(query('ansible.builtin.env', *launch_env_secrets))) }}", example=("WANDB_API_KEY",),
+           module_value="{{ dict(launch_env_secrets | zip(query('ansible.builtin.env', *launch_env_secrets))) }}",
+           module_note="Read from the controller's environment, here and nowhere else.", example=("WANDB_API_KEY",),
            also_for=("restarted",)),
     Option("env_set", "dict", "Values set for every rank.", default={}, short="env_set",
            module_doc="Variables set to these values on every rank."),
@@ -165,7 +161,7 @@ OPTIONS: tuple[Option, ...] = (
                "C(--standalone), C(--log-dir), C(--redirects), C(--tee), C(--max-restarts): O(max_restarts) "
                "restarts a run), and any in O(mode=rank), which runs no torchrun.")),
     Option("allow_run_as_root", "bool", "Pass C(--allow-run-as-root) to Open MPI, which refuses root without it.",
-           default=False, role=None, module_value="{{ launch_user == 'root' and launch_mode != 'mpich' }}"),
+           default=False, role=None, module_value="{{ _launch_resolved.allow_run_as_root }}"),
     Option("tree_spawn", "bool", "Let Open MPI's daemons start further daemons over ssh (hundreds of "
            "nodes); every node must then hold the cluster's private key.", default=False,
            short="tree_spawn",
@@ -338,15 +334,14 @@ OPTIONS: tuple[Option, ...] = (
            ("The launcher's working directory on the head. Open MPI starts the ranks on the other nodes in the "
             "same directory when it exists there (else in the home directory), so relative paths in "
             "O(script_args) mean the same everywhere. Default, the module's own temporary directory."),
-           role=None, module_value="{{ _script | dirname }}"),
+           role=None, module_value="{{ _launch_resolved.chdir }}"),
     Option("file_contents", "dict",
            ("Files the run needs at the same path on every node (the script, its config), as paths mapped to "
             "base64 content; a leading C(~) is the training account's home. Before the start, the head hashes "
             "each node's copies and writes only the missing or different ones (whole or not at all, directories "
             "0750, files 0640). Never shown in output."), default={}, no_log=True, role=None,
            module_value=(
-               "{{ {} if launch_shared_storage | bool or (launch_mode == 'mpich' and launch_mpich_launcher == "
-               "'pals') else\n"
+               "{{ {} if launch_shared_storage | bool or not _launch_resolved.check_nodes else\n"
                "   dict(([launch_script] + launch_files) | map('basename') | map('regex_replace', '^', "
                "launch_script_dir ~ '/')\n"
                "        | zip(([launch_script] + launch_files) | map('torchfleet.cluster.file_b64'))) }}")),
@@ -363,8 +358,7 @@ OPTIONS: tuple[Option, ...] = (
             "nodes, which C(mpiexec) reaches without C(ssh)); the clean-up on the other nodes is then the "
             "caller's (O(state=stopped) on each)."),
            default=True, role=None,
-           module_value="{{ not (launch_mode == 'mpich' and launch_mpich_launcher == 'pals') }}",
-           module_note="PALS starts the nodes' processes itself; the head takes no ssh to them."),
+           module_value="{{ _launch_resolved.check_nodes }}"),
     Option("expect_packages", "dict",
            ("The packages (canonical name to version) that setup installed in the environment of O(python) on "
             "every node (the cached fact C(python_env_installed)). With O(check_nodes), the check before the "
@@ -372,9 +366,7 @@ OPTIONS: tuple[Option, ...] = (
             "refuses the launch when one differs, naming the node and the packages, before anything starts. "
             "Empty, no such check."),
            default={}, role=None,
-           module_value="{{ hostvars[launch_head].python_env_installed | default({}) }}",
-           module_note=(
-               "What setup installed (the same on every node, or setup fails): a node that drifted since is refused.")),
+           module_value="{{ _launch_resolved.expect_packages }}"),
     Option("detach", "bool", "Return once the run's processes run on every node instead of waiting "
            "for its end; the run belongs to its supervisor on the head either way.", default=False,
            short="detach",

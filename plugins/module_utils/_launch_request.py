@@ -12,14 +12,16 @@ Standard library only: the CLI imports this file outside Ansible.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_schema import Option
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import node_slots
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import node_slots, uses_pals
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_request import LaunchRequest
 
-__all__ = ["LaunchRequest", "RequestError", "from_variables", "head_reaches_nodes", "launch_nodes", "stored", "truthy"]
+__all__ = ["LaunchRequest", "RequestError", "from_variables", "head_reaches_nodes", "launch_nodes", "resolved",
+           "stored", "truthy"]
 
 
 def stored(request: LaunchRequest) -> LaunchRequest:
@@ -46,6 +48,33 @@ def launch_nodes(node_facts, nproc_per_node) -> list[dict]:
                       "interface": net["interface"],
                       "slots": node_slots(facts.get("preflight_gpu_count"), nproc_per_node)})
     return nodes
+
+
+def resolved(head_facts: Mapping, mode: str, user: str, script: str, shared_storage, script_dir: str,
+             mpich_launcher: str | None = None) -> dict:
+    """The module's arguments that the launch takes from setup's facts of the head, given the
+    options the user chose: the one resolution of them, which the launch role (filter
+    launch_resolved, in run.yml) and `torchfleet render` both call. None where the facts lack a
+    value (render without facts; the launch's checks refuse that before)."""
+    mpich = mode == "mpich"
+    flavour = (mpich_launcher or head_facts.get("mpich_found_launcher") or None) if mpich else None
+    on_nodes = script if truthy(shared_storage) else f"{script_dir.rstrip('/')}/{posixpath.basename(script)}"
+    return {
+        "script": on_nodes,
+        "chdir": posixpath.dirname(on_nodes),
+        "python": head_facts.get("python_env_python") or None,
+        # Empty with python_env_engine=none, which only rank mode (no torchrun) accepts.
+        "torchrun": head_facts.get("python_env_torchrun") or None,
+        # The full path setup recorded: plain mpirun and mpiexec are alternatives either MPI may hold.
+        "launcher": head_facts.get("mpich_mpiexec" if mpich else "openmpi_mpirun") or None,
+        "mpich_launcher": flavour,
+        # Open MPI refuses root without its flag; Hydra has none.
+        "allow_run_as_root": user == "root" and not mpich,
+        # PALS starts the nodes' processes itself; the head takes no ssh to them.
+        "check_nodes": not uses_pals(mode, flavour),
+        # What setup installed (the same on every node, or setup fails): a node that drifted since is refused.
+        "expect_packages": dict(head_facts.get("python_env_installed") or {}),
+    }
 
 
 def truthy(value) -> bool:

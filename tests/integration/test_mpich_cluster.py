@@ -3,7 +3,8 @@ with another MPICH refused by name); launch_mode=mpich runs examples/train.py th
 over the cluster's ssh, with the Open MPI modes' report, stop and timeout (the timeout with
 tests/integration/ticker.py's ranks, which need no torch); examples/train_fsdp.py trains sharded on
 six workers, saves a DCP checkpoint on the nodes' shared directory and resumes it on other world
-sizes through the other launchers (Hydra, then Open MPI's rank mode).
+sizes through the other launchers (Hydra, then Open MPI's rank mode). `torchfleet render` shows
+what a Hydra launch runs (test_render_is_the_launch.py's comparison).
 
 The Open MPI tests that run after this file run with MPICH installed beside it: that is the proof
 that the two live on one node.
@@ -18,6 +19,7 @@ import pytest
 from ready_cluster import NODES, recap, run, training_result
 # Ranks without torch, where a test proves what Hydra's launch does with a run, not training.
 from test_run_lifecycle import ENDLESS, TICKER
+from test_render_is_the_launch import assert_render_is_the_launch
 from torchfleet import devcluster
 
 pytestmark = pytest.mark.cluster
@@ -103,6 +105,13 @@ def test_hydra_runs_train_py_on_six_workers(mpich):
         hosts = set(re.findall(r"^TORCHFLEET_RANK .* host=(node\d) ", found, re.M))
         assert hosts == {f"node{index}"}, found[-2000:]
     assert "TORCHFLEET_RANK" not in node_sh(NODES[0], f"cat {RUNS}/hydra-train/launcher.log")[1]
+
+
+def test_render_shows_the_argv_and_hostfile_a_hydra_launch_runs(mpich):
+    # The launcher and its flavour from the facts setup recorded, by the one function both use.
+    rendered, plan = assert_render_is_the_launch(mpich, *HYDRA)
+    assert rendered["argv"][:3] == ["/usr/bin/mpiexec.hydra", "-launcher", "ssh"], rendered["argv"]
+    assert plan["request"]["mpich_launcher"] == "hydra"
 
 
 def test_hydra_names_the_failing_rank_and_its_node(mpich):

@@ -86,8 +86,8 @@ def test_run_yml_passes_the_module_what_the_table_says():
     assert start["detach"] == "{{ launch_detach }}" and start["state"] == "started"
     # The computed ones keep their comment, and a value too long for a line is folded as it was.
     text = writer.RUN.read_text()
-    assert "    # PALS starts the nodes' processes itself; the head takes no ssh to them.\n    check_nodes:" in text
-    assert "    launcher: >-\n      {{ hostvars[launch_head].mpich_mpiexec" in text
+    assert "    # Read from the controller's environment, here and nowhere else.\n    env_secrets:" in text
+    assert "    file_contents: >-\n      {{ {} if launch_shared_storage | bool" in text
     assert "nproc_per_node" not in start and "network" not in start
 
 

@@ -24,7 +24,8 @@ def test_run_yml_passes_each_option_its_role_variable_unless_the_table_says_othe
     assert passed["detach"] == ("{{ launch_detach }}", "")
     assert passed["launch_timeout"] == ("{{ launch_timeout }}", "")  # its name is the role's
     assert passed["head"] == ("{{ launch_head }}", "") and passed["state"] == ("started", "")
-    assert passed["check_nodes"][1].startswith("PALS starts")  # a computed value keeps its comment
+    assert passed["env_secrets"][1].startswith("Read from the controller's")  # a computed value keeps its comment
+    assert passed["check_nodes"] == ("{{ _launch_resolved.check_nodes }}", "")  # resolved in one place
     # nproc_per_node travels inside nodes; network, the module's alone, is not given by the role.
     assert "nproc_per_node" not in passed and "network" not in passed
     assert not {option.name for option in lr.OPTIONS if not option.module} & set(passed)

@@ -54,3 +54,38 @@ def test_run_json_keeps_the_request_without_its_secrets_or_files():
     back = lr.LaunchRequest.from_stored(json.loads(json.dumps(kept)))  # as the supervisor reads run.json
     assert isinstance(back, lr.LaunchRequest) and back == lr.stored(request)
     assert back.env_secrets == {"WANDB_API_KEY": "<redacted>"} and back.file_contents == {}
+
+
+FACTS = {"python_env_python": "/opt/env/bin/python", "python_env_torchrun": "/opt/env/bin/torchrun",
+         "openmpi_mpirun": "/usr/bin/mpirun.openmpi", "mpich_mpiexec": "/usr/bin/mpiexec.hydra",
+         "mpich_found_launcher": "hydra", "python_env_installed": {"torch": "2.13.0"}}
+
+
+def _resolved(facts=None, **given):
+    given = {"mode": "torchrun", "user": "torchfleet", "script": "examples/train.py", "shared_storage": False,
+             "script_dir": "~/torchfleet/scripts/", **given}
+    return lr.resolved(FACTS if facts is None else facts, **given)
+
+
+def test_the_launch_takes_the_heads_tools_from_setups_facts_and_copies_the_script_beside_the_others():
+    assert _resolved() == {
+        "script": "~/torchfleet/scripts/train.py", "chdir": "~/torchfleet/scripts", "python": "/opt/env/bin/python",
+        "torchrun": "/opt/env/bin/torchrun", "launcher": "/usr/bin/mpirun.openmpi", "mpich_launcher": None,
+        "allow_run_as_root": False, "check_nodes": True, "expect_packages": {"torch": "2.13.0"}}
+    shared = _resolved(script="/shared/job/train.py", shared_storage="yes")  # -e gives text
+    assert (shared["script"], shared["chdir"]) == ("/shared/job/train.py", "/shared/job")
+    assert _resolved(user="root")["allow_run_as_root"] is True
+
+
+def test_mpich_mode_takes_mpiexec_and_its_flavour_from_the_facts_unless_given_and_pals_checks_no_node():
+    hydra = _resolved(mode="mpich")
+    assert (hydra["launcher"], hydra["mpich_launcher"], hydra["check_nodes"]) == ("/usr/bin/mpiexec.hydra", "hydra", True)
+    pals = _resolved(mode="mpich", mpich_launcher="pals", user="root")
+    assert (pals["mpich_launcher"], pals["check_nodes"], pals["allow_run_as_root"]) == ("pals", False, False)
+    assert _resolved(mode="rank", mpich_launcher="pals")["mpich_launcher"] is None  # mpich mode's alone
+
+
+def test_without_facts_nothing_is_made_up():
+    bare = _resolved(facts={})
+    assert (bare["python"], bare["torchrun"], bare["launcher"], bare["expect_packages"]) == (None, None, None, {})
+    assert _resolved(facts={**FACTS, "python_env_torchrun": ""})["torchrun"] is None  # python_env_engine=none
