@@ -11,6 +11,7 @@ the head; the probe and line server on every node), standard library only.
 - launch_request: the launch request, typed (LaunchRequest), as run.json keeps it;
 - launch_plan: what one launch is (Plan); plan_checks: its checks; renderer: the one renderer, its
   launcher's argv, hostfile and environment (the module's and the CLI's, and each restart's);
+  launchers: Open MPI, MPICH's Hydra and PALS, each behind one interface (argv, hostfile, checks);
   batch_script: a Slurm job's script;
 - record: the run's record (state.json), the supervisor's plan (run.json), the index of runs;
 - follower: a run's output as it is written, and its end (`python3 -S -m _on_node.follower follow
@@ -39,7 +40,7 @@ import os
 
 # The package's files, as the launch module copies them to the head.
 FILES = ("__init__", "attempts", "batch_script", "board", "follower", "guardian", "labels", "launch_plan",
-         "launch_request", "line_server", "liveness", "loader", "node_checks", "plan_checks", "privileges", "probe", "progress", "record",
+         "launch_request", "launchers", "line_server", "liveness", "loader", "node_checks", "plan_checks", "privileges", "probe", "progress", "record",
          "renderer", "report", "slurm", "slurm_job", "ssh_to_nodes", "stacks", "supervisor", "tail", "transitions")
 
 

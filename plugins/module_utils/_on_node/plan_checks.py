@@ -11,8 +11,8 @@ import re
 import socket
 from collections.abc import Mapping
 
-from .launch_plan import (
-    MODES, MPICH_LAUNCHERS, RESERVED_ENV, RUN_ID, KEEPALIVE_MCA, Node, Plan, PlanError, port_problem)
+from .launch_plan import MODES, RESERVED_ENV, RUN_ID, KEEPALIVE_MCA, Node, Plan, PlanError, port_problem
+from .launchers import choice_problem, launcher_of
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")  # Linux: at most 15 characters
@@ -239,7 +239,7 @@ def _check_env(plan: Plan) -> None:
 def _check_extra_args(plan: Plan) -> None:
     args = _string_tuple(plan.request.mpirun_extra_args, "mpirun_extra_args")
     owned = _OWNED_MCA | ({"plm_rsh_args"} if plan.ssh_control_path else set())
-    keepalive = set(KEEPALIVE_MCA) if plan.request.silent_node_timeout and plan.request.mode != "mpich" else set()
+    keepalive = set(KEEPALIVE_MCA) if plan.request.silent_node_timeout and launcher_of(plan.request).keepalive else set()
     for i, arg in enumerate(args):
         if not arg:
             raise PlanError("mpirun_extra_args contains an empty string; remove it")
@@ -312,33 +312,19 @@ def validate(plan: Plan) -> None:
         _check_text(plan.request.launcher, "launcher", "give the mpirun/mpiexec path or leave it unset")
     if plan.log_dir is not None:
         _check_text(plan.log_dir, "log_dir", "give a directory or leave it unset")
-        if plan.request.mode == "mpich":
-            raise PlanError("log_dir (per-rank log files) needs Open MPI's --output-filename; in "
-                            "mpich mode leave log_dir unset and keep mpiexec's own output")
     if plan.node_log_dir is not None:
         _check_text(plan.node_log_dir, "node_log_dir", "give a directory or leave it unset")
         if plan.request.mode == "rank":
             raise PlanError("node_log_dir (torchrun's worker logs) applies to torchrun and mpich "
                             "modes; in rank mode use log_dir for per-rank logs")
-    if plan.request.mode == "mpich" and plan.request.mpich_launcher not in MPICH_LAUNCHERS:
-        raise PlanError(f"mpich mode needs to know which mpiexec it runs, got mpich_launcher="
-                        f"{plan.request.mpich_launcher!r}; setup with mpi_implementation=mpich reads it from "
-                        f"mpiexec --version, or set it: hydra (MPICH's Hydra, Intel MPI) or pals "
-                        f"(HPE Cray PALS)")
-    if plan.request.mpich_launcher is not None and plan.request.mode != "mpich":
-        raise PlanError(f"mpich_launcher applies to mpich mode only; leave it unset in {plan.request.mode} mode")
-    if plan.request.allow_run_as_root and plan.request.mode == "mpich":
-        raise PlanError("allow_run_as_root is an Open MPI option; leave it unset in mpich mode")
-    if plan.request.tree_spawn and plan.request.mode == "mpich":
-        raise PlanError("tree_spawn is an Open MPI option; leave it unset in mpich mode")
     if plan.ssh_control_path is not None:
         _check_text(plan.ssh_control_path, "ssh_control_path", "give an OpenSSH ControlPath")
-        if plan.request.mode == "mpich" or plan.request.tree_spawn:
-            raise PlanError("ssh_control_path serves the head's own ssh to every node, which "
-                            "mpich mode and tree_spawn do not use; leave it unset")
         if any(char.isspace() for char in plan.ssh_control_path):
             raise PlanError(f"ssh_control_path {plan.ssh_control_path!r} has white space, which "
                             f"Open MPI would split plm_rsh_args at; give a path without it")
+    said = choice_problem(plan.request) or launcher_of(plan.request).problem(plan)
+    if said:
+        raise PlanError(said)
     seconds = plan.request.silent_node_timeout
     if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
         raise PlanError(f"silent_node_timeout {seconds!r} is not a number of seconds; give 0 or "

@@ -7,11 +7,11 @@ shows is what runs; a run's supervisor calls it again for each restart."""
 
 from __future__ import annotations
 
-import ipaddress
 import shlex
 from dataclasses import dataclass
 
-from .launch_plan import INHERITED, KEEPALIVE_MCA, KEEPALIVE_PROBES, REDACTED, SHELL, SHELL_NAME, Node, Plan
+from .launch_plan import INHERITED, REDACTED, SHELL, SHELL_NAME, Node, Plan
+from .launchers import launcher_of
 from .plan_checks import validate
 
 
@@ -36,21 +36,6 @@ class Rendered:
         shown.update(dict.fromkeys(self.inherit, INHERITED))
         shown.update(dict.fromkeys(self.secrets, REDACTED))
         return shown
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def keepalive_mca(silent_node_timeout: int) -> list[str]:
-    """Open MPI's TCP keepalive on its daemon connections, so that a peer gone silent for about
-    `silent_node_timeout` seconds is given up: idle time, then KEEPALIVE_PROBES unanswered probes.
-    Nothing for 0."""
-    if not silent_node_timeout:
-        return []
-    interval = max(1, silent_node_timeout // (2 * KEEPALIVE_PROBES))
-    idle = max(1, silent_node_timeout - KEEPALIVE_PROBES * interval)
-    values = (idle, interval, KEEPALIVE_PROBES)
-    return [item for name, value in zip(KEEPALIVE_MCA, values) for item in ("--mca", name, str(value))]
 
 
 def _script_path(plan: Plan) -> str:
@@ -103,12 +88,8 @@ def _script(plan: Plan, nnodes: int, nproc: int, head: Node, mixed_ifaces: bool)
     if plan.site_dir:  # before the user's own PYTHONPATH, which stays
         prefix += (f'export PYTHONPATH={shlex.quote(plan.site_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}" '
                    f'TORCHFLEET_STACKS_DIR={shlex.quote(plan.stacks_dir or "")}; ')
-    if plan.request.mode == "torchrun":
-        rank = "${OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}"
-        return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, rank))
-    if plan.request.mode == "mpich":
-        rank = "${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}"
-        return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, rank))
+    if plan.request.mode != "rank":  # a torchrun agent a node, its node rank the launcher's
+        return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, launcher_of(plan.request).node_rank))
     # Fail loudly rather than start every process as rank "" when not under Open MPI.
     return (f'{prefix}: "${{OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}}"; '
             'export RANK="$OMPI_COMM_WORLD_RANK" LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" '
@@ -147,48 +128,9 @@ def render(plan: Plan) -> Rendered:
     script = _script(plan, nnodes, nproc, head, mixed_ifaces)
     tail = [SHELL, "-c", script, SHELL_NAME, *plan.request.script_args]
 
-    if plan.request.mode == "mpich" and plan.request.mpich_launcher == "hydra":
-        hostfile = "".join(f"{node.address}\n" for node in order)
-        argv = [plan.request.launcher or "mpiexec", "-launcher", "ssh", "-n", str(nnodes), "-ppn", "1",
-                "-f", plan.hostfile_path, "-bind-to", plan.request.bind_to, "-genvall"]
-        if len(ifaces) == 1:
-            argv += ["-iface", ifaces[0]]
-        argv += ["-prepend-rank", *plan.request.mpirun_extra_args, *tail]
-    elif plan.request.mode == "mpich":
-        hostfile = "".join(f"{node.address}\n" for node in order)
-        argv = [plan.request.launcher or "mpiexec", "-n", str(nnodes), "--ppn", "1", "--cpu-bind", "none",
-                "--hostfile", plan.hostfile_path, "--envall", *plan.request.mpirun_extra_args, *tail]
-    else:
-        hostfile = "".join(f"{node.address} slots={node.slots}\n" for node in order)
-        if plan.request.mode == "rank":
-            argv = [plan.request.launcher or "mpirun", "-np", str(world_size), "--map-by", "slot"]
-        else:
-            argv = [plan.request.launcher or "mpirun", "-np", str(nnodes), "--map-by", "ppr:1:node"]
-        argv += ["--bind-to", plan.request.bind_to, "--hostfile", plan.hostfile_path,
-                 "--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
-        if not plan.request.tree_spawn:
-            argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
-        if plan.ssh_control_path:
-            argv += ["--mca", "plm_rsh_args", f"-o ControlPath={plan.ssh_control_path}"]
-        argv += keepalive_mca(plan.request.silent_node_timeout)
-        # A CIDR covers every node whatever its NIC is called; written normalized (host bits 0).
-        if plan.request.network:
-            if_include = str(ipaddress.ip_network(plan.request.network, strict=False))
-        else:
-            if_include = ",".join(ifaces)
-        if if_include:
-            argv += ["--mca", "btl_tcp_if_include", if_include,
-                     "--mca", "oob_tcp_if_include", if_include]
-        for name in (*env, *inherit, *secrets):
-            argv += ["-x", name]
-        if plan.log_dir:
-            argv += ["--output-filename", plan.log_dir]
-        # "[JOB,RANK]<stdout>:" on every line: which node (torchrun mode) or rank (rank mode)
-        # wrote it, so the run's output can be followed per rank (_on_node.labels.shown).
-        argv.append("--tag-output")
-        if plan.request.allow_run_as_root:
-            argv.append("--allow-run-as-root")
-        argv += [*plan.request.mpirun_extra_args, *tail]
+    launcher = launcher_of(plan.request)
+    hostfile = launcher.hostfile(order)
+    argv = launcher.argv(plan, order, ifaces, [*env, *inherit, *secrets], world_size, tail)
 
     return Rendered(argv=argv, hostfile=hostfile, env=env, inherit=inherit, secrets=secrets,
                     nodes=tuple(node.name for node in order), per_node_env=per_node_env,

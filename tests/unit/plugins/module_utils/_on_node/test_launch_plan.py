@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import launch_plan as lp, launch_request, plan_checks, renderer
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import (
+    launch_plan as lp, launch_request, launchers, plan_checks, renderer)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, PlanError, new_run_id
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from plan_helpers import plan_of
 
 
-@pytest.mark.parametrize("module", [lp, plan_checks, renderer, launch_request])
+@pytest.mark.parametrize("module", [lp, plan_checks, renderer, launch_request, launchers])
 def test_the_renderers_files_are_pure_standard_library(module):
     """No I/O, no subprocess, no environment reads, no ansible: only these imports, and each other
     relatively (so they run in the head package too)."""
@@ -28,7 +29,7 @@ def test_the_renderers_files_are_pure_standard_library(module):
             imported.add("." * item.level + (item.module or ""))
     assert imported <= {"__future__", "collections.abc", "dataclasses", "ipaddress", "re", "shlex",
                         "socket", "types", "typing", "datetime", "secrets", ".launch_plan", ".launch_request",
-                        ".plan_checks"}
+                        ".launchers", ".plan_checks"}
     names = {item.id for item in ast.walk(tree) if isinstance(item, ast.Name)}
     assert not names & {"open", "os", "subprocess", "print", "input", "eval", "exec"}
 

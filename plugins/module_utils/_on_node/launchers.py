@@ -1,0 +1,151 @@
+# -*- coding: utf-8 -*-
+# Copyright: torchfleet contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The launchers that start a run's processes on its nodes, each behind one small interface
+(``Launcher``): Open MPI's mpirun over ssh (torchrun and rank modes), MPICH's Hydra and HPE
+Cray PALS (mpich mode). A launcher gives the hostfile and the argv for a plan, the shell
+expansion a node's command reads its node rank from, and what it refuses of a plan; the renderer
+and the plan's checks ask the plan's launcher (``launcher_of``) rather than compare names.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from .launch_plan import KEEPALIVE_MCA, KEEPALIVE_PROBES, MPICH_LAUNCHERS, Node, Plan
+
+
+def keepalive_mca(silent_node_timeout: int) -> list[str]:
+    """Open MPI's TCP keepalive on its daemon connections, so that a peer gone silent for about
+    `silent_node_timeout` seconds is given up: idle time, then KEEPALIVE_PROBES unanswered probes.
+    Nothing for 0."""
+    if not silent_node_timeout:
+        return []
+    interval = max(1, silent_node_timeout // (2 * KEEPALIVE_PROBES))
+    idle = max(1, silent_node_timeout - KEEPALIVE_PROBES * interval)
+    values = (idle, interval, KEEPALIVE_PROBES)
+    return [item for name, value in zip(KEEPALIVE_MCA, values) for item in ("--mca", name, str(value))]
+
+
+class Launcher:
+    """One way to start one process per node (torchrun's agent) or per rank (rank mode)."""
+    name = ""
+    node_rank = ""  # the shell expansion a node's command reads its node rank from
+    keepalive = False  # whether silent_node_timeout sets its daemons' TCP keepalive (KEEPALIVE_MCA)
+
+    def hostfile(self, order: list[Node]) -> str:
+        return "".join(f"{node.address}\n" for node in order)
+
+    def argv(self, plan: Plan, order: list[Node], ifaces: list[str], env_names: list[str], world_size: int,
+             tail: list[str]) -> list[str]:
+        raise NotImplementedError
+
+    def problem(self, plan: Plan) -> str | None:
+        """What this launcher cannot do of `plan` and the fix; None when nothing."""
+        return None
+
+
+class OpenMPI(Launcher):
+    """Open MPI's mpirun, starting its daemons over ssh from the head (through the launch's ssh
+    masters where the plan has them); the ranks' output tagged and, with log_dir, kept per rank."""
+    name = "Open MPI's mpirun"
+    node_rank = "${OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}"
+    keepalive = True
+
+    def hostfile(self, order: list[Node]) -> str:
+        return "".join(f"{node.address} slots={node.slots}\n" for node in order)
+
+    def argv(self, plan, order, ifaces, env_names, world_size, tail):
+        request = plan.request
+        if request.mode == "rank":
+            argv = [request.launcher or "mpirun", "-np", str(world_size), "--map-by", "slot"]
+        else:
+            argv = [request.launcher or "mpirun", "-np", str(len(order)), "--map-by", "ppr:1:node"]
+        argv += ["--bind-to", request.bind_to, "--hostfile", plan.hostfile_path,
+                 "--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]
+        if not request.tree_spawn:
+            argv += ["--mca", "plm_rsh_no_tree_spawn", "1"]
+        if plan.ssh_control_path:
+            argv += ["--mca", "plm_rsh_args", f"-o ControlPath={plan.ssh_control_path}"]
+        argv += keepalive_mca(request.silent_node_timeout)
+        # A CIDR covers every node whatever its NIC is called; written normalized (host bits 0).
+        if request.network:
+            if_include = str(ipaddress.ip_network(request.network, strict=False))
+        else:
+            if_include = ",".join(ifaces)
+        if if_include:
+            argv += ["--mca", "btl_tcp_if_include", if_include, "--mca", "oob_tcp_if_include", if_include]
+        for name in env_names:
+            argv += ["-x", name]
+        if plan.log_dir:
+            argv += ["--output-filename", plan.log_dir]
+        # "[JOB,RANK]<stdout>:" on every line: which node (torchrun mode) or rank (rank mode)
+        # wrote it, so the run's output can be followed per rank (_on_node.labels.shown).
+        argv.append("--tag-output")
+        if request.allow_run_as_root:
+            argv.append("--allow-run-as-root")
+        return argv + [*request.mpirun_extra_args, *tail]
+
+    def problem(self, plan):
+        if plan.ssh_control_path is not None and plan.request.tree_spawn:
+            return ("ssh_control_path serves the head's own ssh to every node, which tree_spawn does not use; "
+                    "leave it unset")
+        return None
+
+
+class Hydra(Launcher):
+    """MPICH's Hydra (Intel MPI's too): mpiexec -launcher ssh, one process a node, each line
+    prefixed with its rank; its own output, no per-rank files."""
+    name = "MPICH's mpiexec"
+    node_rank = "${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}"
+
+    def argv(self, plan, order, ifaces, env_names, world_size, tail):
+        request = plan.request
+        argv = [request.launcher or "mpiexec", "-launcher", "ssh", "-n", str(len(order)), "-ppn", "1",
+                "-f", plan.hostfile_path, "-bind-to", request.bind_to, "-genvall"]
+        if len(ifaces) == 1:
+            argv += ["-iface", ifaces[0]]
+        return argv + ["-prepend-rank", *request.mpirun_extra_args, *tail]
+
+    def problem(self, plan):
+        request = plan.request
+        if plan.log_dir is not None:
+            return ("log_dir (per-rank log files) needs Open MPI's --output-filename; in mpich mode leave "
+                    "log_dir unset and keep mpiexec's own output")
+        for name, given in (("allow_run_as_root", request.allow_run_as_root), ("tree_spawn", request.tree_spawn)):
+            if given:
+                return f"{name} is an Open MPI option; leave it unset in mpich mode"
+        if plan.ssh_control_path is not None:
+            return ("ssh_control_path serves the head's own ssh to every node, which mpich mode does not use; "
+                    "leave it unset")
+        return None
+
+
+class Pals(Hydra):
+    """HPE Cray PALS's mpiexec: it starts the nodes' processes itself (no ssh from the head)."""
+    name = "PALS's mpiexec"
+
+    def argv(self, plan, order, ifaces, env_names, world_size, tail):
+        request = plan.request
+        return [request.launcher or "mpiexec", "-n", str(len(order)), "--ppn", "1", "--cpu-bind", "none",
+                "--hostfile", plan.hostfile_path, "--envall", *request.mpirun_extra_args, *tail]
+
+
+OPEN_MPI, HYDRA, PALS = OpenMPI(), Hydra(), Pals()
+_MPICH = {"hydra": HYDRA, "pals": PALS}
+
+
+def choice_problem(request) -> str | None:
+    """What is wrong with the request's choice of launcher (mode, mpich_launcher); None when nothing."""
+    if request.mode == "mpich" and request.mpich_launcher not in MPICH_LAUNCHERS:
+        return (f"mpich mode needs to know which mpiexec it runs, got mpich_launcher={request.mpich_launcher!r}; "
+                f"setup with mpi_implementation=mpich reads it from mpiexec --version, or set it: hydra (MPICH's "
+                f"Hydra, Intel MPI) or pals (HPE Cray PALS)")
+    if request.mpich_launcher is not None and request.mode != "mpich":
+        return f"mpich_launcher applies to mpich mode only; leave it unset in {request.mode} mode"
+    return None
+
+
+def launcher_of(request) -> Launcher:
+    """The launcher a request runs under (its choice checked by choice_problem)."""
+    return _MPICH.get(request.mpich_launcher or "", PALS) if request.mode == "mpich" else OPEN_MPI
