@@ -21,6 +21,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.slurm 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (
     LIST_OPTIONS, OPTIONS, RESTART_OPTIONS)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import port_problem, uses_pals
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import choice_problem
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.plan_checks import torchrun_args_problem
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import truthy
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.liveness import SILENT_AFTER
@@ -276,10 +277,8 @@ def _mpich_problems(request: dict) -> list[str]:
         return [f"launch_mode=mpich runs MPICH's mpiexec, but setup recorded none on {request['head']}: "
                 f"run `ansible-playbook setup.yml -i INVENTORY -e mpi_implementation=mpich` first (MPICH "
                 f"goes beside Open MPI; each is called by its full path)."]
-    if request.get("mpich_launcher") not in ("hydra", "pals"):
-        return [f"mpich_launcher is '{request.get('mpich_launcher')}': give hydra (MPICH's Hydra, Intel "
-                f"MPI) or pals (HPE Cray PALS), or leave it unset for what setup read from mpiexec."]
-    return []
+    said = choice_problem(request["mode"], request.get("mpich_launcher"))
+    return [said] if said else []
 
 
 def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, check_nodes: bool = True) -> list[str]:

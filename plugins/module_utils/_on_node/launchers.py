@@ -135,14 +135,15 @@ OPEN_MPI, HYDRA, PALS = OpenMPI(), Hydra(), Pals()
 _MPICH = {"hydra": HYDRA, "pals": PALS}
 
 
-def choice_problem(request) -> str | None:
-    """What is wrong with the request's choice of launcher (mode, mpich_launcher); None when nothing."""
-    if request.mode == "mpich" and request.mpich_launcher not in MPICH_LAUNCHERS:
-        return (f"mpich mode needs to know which mpiexec it runs, got mpich_launcher={request.mpich_launcher!r}; "
-                f"setup with mpi_implementation=mpich reads it from mpiexec --version, or set it: hydra (MPICH's "
-                f"Hydra, Intel MPI) or pals (HPE Cray PALS)")
-    if request.mpich_launcher is not None and request.mode != "mpich":
-        return f"mpich_launcher applies to mpich mode only; leave it unset in {request.mode} mode"
+def choice_problem(mode: str, mpich_launcher: str | None) -> str | None:
+    """What is wrong with a request's choice of launcher; None when nothing. The controller's
+    check (_launch_checks) and the plan's call it: one rule."""
+    if mode == "mpich" and mpich_launcher not in MPICH_LAUNCHERS:
+        return (f"mpich_launcher is '{mpich_launcher or ''}': give hydra (MPICH's Hydra, Intel MPI) or pals "
+                f"(HPE Cray PALS), or leave it unset for what setup (mpi_implementation=mpich) read from mpiexec "
+                f"--version; mpich mode needs to know which mpiexec it runs")
+    if mpich_launcher and mode != "mpich":
+        return f"mpich_launcher applies to mpich mode only; leave it unset in {mode} mode"
     return None
 
 

@@ -322,7 +322,7 @@ def validate(plan: Plan) -> None:
         if any(char.isspace() for char in plan.ssh_control_path):
             raise PlanError(f"ssh_control_path {plan.ssh_control_path!r} has white space, which "
                             f"Open MPI would split plm_rsh_args at; give a path without it")
-    said = choice_problem(plan.request) or launcher_of(plan.request).problem(plan)
+    said = choice_problem(plan.request.mode, plan.request.mpich_launcher) or launcher_of(plan.request).problem(plan)
     if said:
         raise PlanError(said)
     seconds = plan.request.silent_node_timeout

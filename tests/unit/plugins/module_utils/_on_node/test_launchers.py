@@ -32,8 +32,9 @@ def test_only_open_mpi_keeps_its_daemons_alive_with_keepalive_and_takes_per_rank
 
 
 def test_a_launcher_choice_that_names_none_is_refused_with_its_fix():
-    assert "hydra (MPICH's Hydra, Intel MPI) or pals" in launchers.choice_problem(
-        make_plan(mode="mpich", mpich_launcher="slurm").request)
-    assert launchers.choice_problem(make_plan(mpich_launcher="hydra").request) == (
+    assert launchers.choice_problem("mpich", "slurm").startswith(
+        "mpich_launcher is 'slurm': give hydra (MPICH's Hydra, Intel MPI) or pals (HPE Cray PALS), or leave it unset")
+    assert launchers.choice_problem("mpich", None).startswith("mpich_launcher is '': ")
+    assert launchers.choice_problem("torchrun", "hydra") == (
         "mpich_launcher applies to mpich mode only; leave it unset in torchrun mode")
-    assert launchers.choice_problem(make_plan().request) is None
+    assert launchers.choice_problem("torchrun", None) is None and launchers.choice_problem("mpich", "pals") is None

@@ -166,7 +166,7 @@ def test_hydra_takes_no_iface_when_the_nodes_name_theirs_differently():
 
 @pytest.mark.parametrize("overrides, expected", [
     (dict(mode="mpich", mpich_launcher=None), "mpich mode needs to know which mpiexec it runs"),
-    (dict(mode="mpich", mpich_launcher="intel"), "got mpich_launcher='intel'"),
+    (dict(mode="mpich", mpich_launcher="intel"), "mpich_launcher is 'intel': give hydra"),
     (dict(mpich_launcher="hydra"), "mpich_launcher applies to mpich mode only"),
     (dict(mode="mpich", mpich_launcher="hydra", mpirun_extra_args=("-iface", "eth1")), "'-iface' overrides"),
     (dict(mode="mpich", mpich_launcher="hydra", mpirun_extra_args=("-launcher", "fork")), "'-launcher' overrides"),
