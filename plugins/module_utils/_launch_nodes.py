@@ -14,7 +14,7 @@ import time
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ssh_to_nodes import (
     nodes_without_ranks, probe_nodes, withdraw_from_board)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.node_checks import interface_change
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import port_holders, port_in_use
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ports import port_holders, port_in_use
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, group_runs, runs_listed
 
 

@@ -27,7 +27,8 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record
     runs_index,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, group_runs, runs_listed
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import find_run_processes, write_file
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.node_files import write_file
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.processes import find_run_processes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, plan_of_run
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_start import (

@@ -24,11 +24,8 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import follower  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.attempts import attempt_nodes, spares
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ssh_to_nodes import close_ssh_masters, withdraw_from_board
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import (
-    SUPERVISOR_VAR,
-    files_to_place,
-    write_file,
-)
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.node_files import files_to_place, write_file
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.processes import SUPERVISOR_VAR
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, now_iso
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import (
     ACTIVE,

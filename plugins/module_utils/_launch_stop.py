@@ -10,7 +10,7 @@ import time
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_lock
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import slurm
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.board import others_alive
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import find_run_processes, stop_processes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.processes import find_run_processes, stop_processes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import process_start
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import group_runs
 

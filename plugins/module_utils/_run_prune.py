@@ -10,7 +10,7 @@ import stat
 import time
 
 from ._on_node.launch_plan import RUN_ID
-from ._on_node.probe import find_run_processes
+from ._on_node.processes import find_run_processes
 from ._on_node.record import ENDED, read_state, unindex_run
 
 

@@ -81,7 +81,8 @@ port:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import probe
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.interfaces import connect_all, ipv4_interfaces
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ports import port_holders, port_in_use
 
 
 def main():
@@ -94,12 +95,12 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    interfaces = probe.ipv4_interfaces()
-    connected = probe.connect_all(params["connect"], interfaces.values(), params["timeout"])
+    interfaces = ipv4_interfaces()
+    connected = connect_all(params["connect"], interfaces.values(), params["timeout"])
     port = None
     if params["port"]:
-        in_use = probe.port_in_use(params["port"])
-        port = {"in_use": in_use, "holders": probe.port_holders(params["port"]) if in_use else []}
+        in_use = port_in_use(params["port"])
+        port = {"in_use": in_use, "holders": port_holders(params["port"]) if in_use else []}
     module.exit_json(changed=False, interfaces=interfaces, connect=connected, port=port)
 
 

@@ -90,7 +90,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 # The launch's probe judges a node's environment with the same two functions.
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import canonical, differences
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.packages import canonical, differences
 
 # Runs inside the environment: every installed distribution, and the Python version.
 LIST_INSTALLED = (

@@ -103,7 +103,7 @@ import signal
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import port_holders
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.ports import port_holders
 from ansible_collections.torchfleet.cluster.plugins.module_utils._wheel_spread import SERVING, listening, serve
 
 

@@ -16,7 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.probe import find_run_processes, stop_processes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.processes import find_run_processes, stop_processes
 
 REPO = Path(__file__).resolve().parents[2]
 MODULE = "torchfleet.cluster.torchrun_launch"

@@ -18,7 +18,10 @@ the head; the probe and line server on every node), standard library only.
   RUN_DIR`); labels: which rank and node wrote each line, and which lines it shows; tail: a
   growing file read in pieces of lines; line_server: the other nodes' worker files, for it;
 - report: what a run's logs say (the failing rank) and the words of every end;
-- probe: what a launch asks of each node (`python3 -S -m _on_node.probe`, a JSON request on stdin);
+- probe: what a launch asks of each node (`python3 -S -m _on_node.probe`, a JSON request on stdin),
+  answered by processes (a run's processes, found and ended), node_files (the run's files, written
+  whole), log_ends (a log's last lines), packages (an environment's), interfaces; ports: the
+  rendezvous port, free or held (the launch's check and the doctor's);
 - privileges: root's put down before a run's files are read (the follower as root);
 - board: the run board, where each node's runs announce themselves to every account;
 - ssh_to_nodes: the head's ssh to the other nodes, in parallel (probes, the clean-up, the ssh
@@ -39,9 +42,10 @@ from __future__ import annotations
 import os
 
 # The package's files, as the launch module copies them to the head.
-FILES = ("__init__", "attempts", "batch_script", "board", "follower", "guardian", "labels", "launch_plan",
-         "launch_request", "launchers", "line_server", "liveness", "loader", "node_checks", "plan_checks", "privileges", "probe", "progress", "record",
-         "renderer", "report", "slurm", "slurm_job", "ssh_to_nodes", "stacks", "supervisor", "tail", "transitions")
+FILES = ("__init__", "attempts", "batch_script", "board", "follower", "guardian", "interfaces", "labels", "launch_plan",
+         "launch_request", "launchers", "line_server", "liveness", "loader", "log_ends", "node_checks", "node_files",
+         "packages", "plan_checks", "ports", "privileges", "probe", "processes", "progress", "record", "renderer", "report",
+         "slurm", "slurm_job", "ssh_to_nodes", "stacks", "supervisor", "tail", "transitions")
 
 
 def source(name: str) -> str:

@@ -18,7 +18,9 @@ from types import MappingProxyType
 from .ssh_to_nodes import PROBE_FANOUT, PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, probe_nodes, withdraw_from_board
 from .liveness import node_answers, ssh_port
 from .node_checks import head_copies, rejoin_problem, rejoin_request
-from .probe import board_answer, end_run, find_run_processes, port_in_use
+from .ports import port_in_use
+from .probe import board_answer
+from .processes import end_run, find_run_processes
 from .record import RunRecord, SupervisorPlan, node_workers, reserve_space
 from .report import now_iso
 from .launch_plan import Node, plan_of_run

@@ -13,7 +13,7 @@ import sys
 from . import report, slurm
 from .launch_plan import Node
 from .ssh_to_nodes import close_ssh_masters, end_run_on_nodes, withdraw_from_board
-from .probe import end_run
+from .processes import end_run
 from .record import SupervisorPlan
 from .transitions import Owner, abandon, read_raw
 

@@ -26,7 +26,7 @@ import subprocess
 import threading
 import time
 
-from .probe import unmarked_env
+from .processes import unmarked_env
 from .progress import SCAN
 from .report import now_iso
 

@@ -14,7 +14,7 @@ import signal
 from datetime import datetime, timezone
 
 from .labels import slot_owner, untagged
-from .probe import clipped, last_lines, log_tail, read_end
+from .log_ends import clipped, last_lines, log_tail, read_end
 from .record import node_workers
 
 STOP_HINT = "ansible-playbook launch.yml -e launch_action=stop (or: torchfleet stop --all)"

@@ -16,12 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import source
 from .loader import program_of
-from .probe import probe, unmarked_env
+from .probe import probe
+from .processes import unmarked_env
 
 # The head's checks of the other nodes: seconds for one node to answer, and how many at once
 # (each ssh holds three pipes; 64 stays far from a 1024 file limit).
 PROBE_TIMEOUT = 20
 PROBE_FANOUT = 64
+# The probe's files, each before those importing it, as one `python3 -S -c` program.
+PROBE_PROGRAM = ("board", "stacks", "processes", "node_files", "log_ends", "packages", "interfaces", "probe")
 # Seconds an ssh master outlives its last session: it ends by itself if nobody closes it.
 MASTER_PERSIST = 60
 
@@ -35,7 +38,7 @@ def program(names: tuple, main: str) -> str:
 def probe_command(python: str) -> str:
     # ssh hands the remote side one command line, quoted here; the request travels on stdin.
     # -S: the probe needs the standard library alone, not the environment's site-packages.
-    return shlex.join([python, "-S", "-c", program(("board", "stacks", "probe"), "probe")])
+    return shlex.join([python, "-S", "-c", program(PROBE_PROGRAM, "probe")])
 
 
 def probe_nodes(nodes, head: str, ssh: str | None, python: str, requests: dict,

@@ -32,7 +32,8 @@ from .guardian import start_guardian
 from .launch_plan import Node
 from .liveness import Liveness, NodeState, ending_of, not_alive_of, wall_time
 from .progress import LocalScan, Progress, patterns
-from .probe import SUPERVISOR_VAR, end_run, read_end
+from .log_ends import read_end
+from .processes import SUPERVISOR_VAR, end_run
 from .record import STATE_FILE, RunRecord, SupervisorPlan
 from .report import now_iso
 from .slurm_job import SlurmJob

@@ -8,6 +8,7 @@ import zipfile
 
 import pytest
 
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import packages as _packages
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import probe as _node_probe
 from ansible_collections.torchfleet.cluster.plugins.modules import python_env_sync as sync
 from ansible_collections.torchfleet.cluster.plugins.modules import wheelhouse
@@ -129,11 +130,11 @@ def test_a_node_environment_is_read_from_its_metadata_and_its_drift_named(tmp_pa
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     python = str(tmp_path / "env" / "bin" / "python")
     wanted = {"numpy": "2.4.6", "typing-extensions": "4.16.0", "sympy": "1.14.0"}
-    assert _node_probe.environment_drift(python, wanted) == [
+    assert _packages.environment_drift(python, wanted) == [
         "sympy is missing (spec: 1.14.0)", "requests 2.32.0 is installed but not in the spec"]
     assert _node_probe.probe({"packages": {"python": python, "expect": {**wanted, "requests": "2.32.0"}}}) == {
         "drift": ["sympy is missing (spec: 1.14.0)"]}
-    assert _node_probe.environment_drift(str(tmp_path / "none" / "bin" / "python"), wanted) == [
+    assert _packages.environment_drift(str(tmp_path / "none" / "bin" / "python"), wanted) == [
         f"{tmp_path / 'none'} has no lib/python3*/site-packages"]
 
 
@@ -149,12 +150,12 @@ def test_installed_distributions_read_as_importlib_metadata_reads_them(tmp_path)
     (site / "pyyaml.egg-info").mkdir()
     (site / "pyyaml.egg-info" / "PKG-INFO").write_text("Metadata-Version: 1.1\nName: PyYAML\nVersion: 6.0.1\n")
     (site / "broken-1.0.dist-info").mkdir()  # no METADATA: not a distribution, for either reader
-    found = _node_probe.installed_distributions([str(site)])
+    found = _packages.installed_distributions([str(site)])
     assert found == {"typing-extensions": "4.16.0", "six": "1.16.0", "pyyaml": "6.0.1"}
     for paths in ([str(site)], [p for p in sys.path if p.endswith("-packages")]):
-        expected = {_node_probe.canonical(dist.metadata["Name"]): dist.version
+        expected = {_packages.canonical(dist.metadata["Name"]): dist.version
                     for dist in importlib.metadata.distributions(path=paths) if dist.metadata["Name"]}
-        assert _node_probe.installed_distributions(paths) == expected
+        assert _packages.installed_distributions(paths) == expected
         assert expected
 
 

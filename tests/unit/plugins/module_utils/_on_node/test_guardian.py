@@ -6,7 +6,7 @@ import sys
 import time
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_start
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import probe, transitions
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import processes, transitions
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import (
     PLAN_FILE,
     RunRecord,
@@ -26,7 +26,7 @@ def _run(supervisor_plan, tmp_path, run_id):
     (run_dir / "supervisor.log").write_text("")
     # A rank of the run, in a session of its own as torchrun's workers are.
     rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
-                            env=dict(os.environ, **{probe.RUN_ID_VAR: run_id}))
+                            env=dict(os.environ, **{processes.RUN_ID_VAR: run_id}))
     return run_dir, rank
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_start as start
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import probe as node_probe
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import processes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import supervisor, transitions
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import (
     PLAN_FILE,
@@ -43,7 +43,7 @@ def test_the_supervisor_runs_from_the_package_installed_once_for_its_version(tmp
         mode="rank", nproc=1, world_size=1, python=sys.executable, ssh=None,
         check_nodes=False, control_dir=None, launch_timeout=0, stop_grace=1, paths=paths)
     (run_dir / PLAN_FILE).write_text(plan.to_json())
-    env = {"PATH": os.environ["PATH"], node_probe.RUN_ID_VAR: run_dir.name, node_probe.SUPERVISOR_VAR: run_dir.name}
+    env = {"PATH": os.environ["PATH"], processes.RUN_ID_VAR: run_dir.name, processes.SUPERVISOR_VAR: run_dir.name}
     proc = supervisor.start(sys.executable, package, str(run_dir), env)
     assert proc.wait(timeout=60) == 0, (run_dir / "supervisor.log").read_text()
     assert proc.args[1:4] == ["-S", "-m", "_on_node.supervisor"]
@@ -66,7 +66,7 @@ def _supervised(supervisor_plan, tmp_path, name, argv, start_timeout, wait=True,
         mode="rank", nproc=1, world_size=1, python=sys.executable, ssh=None, check_nodes=False,
         control_dir=None, launch_timeout=60, stop_grace=1, paths=paths, start_timeout=start_timeout)
     (run_dir / PLAN_FILE).write_text(plan.to_json())
-    env = {"PATH": os.environ["PATH"], node_probe.RUN_ID_VAR: name, node_probe.SUPERVISOR_VAR: name, **(env or {})}
+    env = {"PATH": os.environ["PATH"], processes.RUN_ID_VAR: name, processes.SUPERVISOR_VAR: name, **(env or {})}
     proc = supervisor.start(sys.executable, package, str(run_dir), env)
     if not wait:
         return proc
@@ -83,14 +83,14 @@ def test_a_supervisor_killed_outright_leaves_nothing_running_and_its_run_recorde
     proc = _supervised(supervisor_plan, tmp_path, "tf-unit-killed", [sys.executable, "-c", launcher], 0, wait=False)
     run_dir = str(tmp_path / "tf-unit-killed")
     deadline = time.monotonic() + 30
-    while len(node_probe.find_run_processes({"tf-unit-killed"})) < 4:  # supervisor, guardian, launcher, rank
-        assert time.monotonic() < deadline, node_probe.find_run_processes({"tf-unit-killed"})
+    while len(processes.find_run_processes({"tf-unit-killed"})) < 4:  # supervisor, guardian, launcher, rank
+        assert time.monotonic() < deadline, processes.find_run_processes({"tf-unit-killed"})
         time.sleep(0.1)
     proc.kill()
     proc.wait()
     killed = time.monotonic()
-    while node_probe.find_run_processes({"tf-unit-killed"}):
-        assert time.monotonic() - killed < 30, node_probe.find_run_processes({"tf-unit-killed"})
+    while processes.find_run_processes({"tf-unit-killed"}):
+        assert time.monotonic() - killed < 30, processes.find_run_processes({"tf-unit-killed"})
         time.sleep(0.1)
     record = read_state(run_dir)
     assert record["state"] == "lost" and record["ended"], record
@@ -111,8 +111,8 @@ def test_a_supervisor_that_fails_mid_run_ends_the_run_before_it_records_the_fail
                                     "TORCHFLEET_FAULT=save-after-launch"), record["msg"]
     assert "its launcher and what the run ran on the head were ended" in record["msg"], record["msg"]
     deadline = time.monotonic() + 10
-    while node_probe.find_run_processes({"tf-unit-fails"}):  # its guardian goes too
-        assert time.monotonic() < deadline, node_probe.find_run_processes({"tf-unit-fails"})
+    while processes.find_run_processes({"tf-unit-fails"}):  # its guardian goes too
+        assert time.monotonic() < deadline, processes.find_run_processes({"tf-unit-fails"})
         time.sleep(0.1)
     assert read_state(str(tmp_path / "tf-unit-fails"))["state"] == "failed"
 
@@ -121,8 +121,8 @@ def test_a_supervisor_that_ends_well_takes_its_guardian_with_it(tmp_path, superv
     record = _supervised(supervisor_plan, tmp_path, "tf-unit-guarded", [sys.executable, "-c", "pass"], 0)
     assert record["state"] == "succeeded"
     deadline = time.monotonic() + 10
-    while node_probe.find_run_processes({"tf-unit-guarded"}):
-        assert time.monotonic() < deadline, node_probe.find_run_processes({"tf-unit-guarded"})
+    while processes.find_run_processes({"tf-unit-guarded"}):
+        assert time.monotonic() < deadline, processes.find_run_processes({"tf-unit-guarded"})
         time.sleep(0.1)
     assert read_state(str(tmp_path / "tf-unit-guarded"))["state"] == "succeeded"
 
