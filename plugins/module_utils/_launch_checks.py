@@ -21,7 +21,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.slurm 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (
     LIST_OPTIONS, OPTIONS, RESTART_OPTIONS)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import port_problem, uses_pals
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import choice_problem
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import choice_problem, launcher_named
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.plan_checks import torchrun_args_problem
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import truthy
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.liveness import SILENT_AFTER
@@ -312,9 +312,10 @@ def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, ch
     codes = restart.get("final_exit_codes") or []
     if not isinstance(codes, list) or any(not str(code).strip().isdigit() or int(code) > 255 for code in codes):
         found.append(f"final_exit_codes is {codes!r}: give a list of exit codes from 0 to 255, for example [2, 3].")
-    if values.get("max_restarts", 0) > 0 and (scheduler not in ("none", "slurm") or mode == "mpich"):
+    restarts = launcher_named(mode, None).restarts
+    if values.get("max_restarts", 0) > 0 and (scheduler not in ("none", "slurm") or not restarts):
         found.append(f"max_restarts is {values['max_restarts']}, but restarts are made by the supervisor's "
-                     f"own mpirun, which {'scheduler=' + scheduler if mode != 'mpich' else 'mode mpich'} "
+                     f"own mpirun, which {'scheduler=' + scheduler if restarts else 'mode ' + mode} "
                      f"does not use: remove max_restarts, or launch with Open MPI's mpirun (over ssh or "
                      f"under Slurm).")
     elif values.get("max_restarts", 0) > 0 and scheduler == "slurm" and not check_nodes:
@@ -327,9 +328,9 @@ def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, ch
 def _slurm_conflicts(mode: str, tree_spawn: bool, mode_name: str) -> list[str]:
     """What cannot run under Slurm; `mode_name`: the mode's name where the user gave it."""
     found = []
-    if mode == "mpich":
-        found.append(f"scheduler=slurm runs Open MPI's mpirun inside the allocation; {mode_name}=mpich "
-                     f"(MPICH's mpiexec) cannot run under it: use {mode_name}=torchrun or rank.")
+    if launcher_named(mode, None).slurm_args is None:
+        found.append(f"scheduler=slurm runs Open MPI's mpirun inside the allocation; {mode_name}={mode} "
+                     f"({launcher_named(mode, None).name}) cannot run under it: use {mode_name}=torchrun or rank.")
     if tree_spawn:
         found.append("scheduler=slurm: Slurm starts mpirun's daemons, so tree_spawn cannot apply; remove it.")
     return found

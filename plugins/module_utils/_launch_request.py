@@ -19,6 +19,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import node_slots, uses_pals
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_request import LaunchRequest
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import flavour, launcher_named, launcher_of
 
 __all__ = ["LaunchRequest", "RequestError", "from_variables", "head_reaches_nodes", "launch_nodes", "resolved",
            "stored", "truthy"]
@@ -33,7 +34,7 @@ def stored(request: LaunchRequest) -> LaunchRequest:
 def head_reaches_nodes(request: LaunchRequest) -> bool:
     """Whether mpirun itself starts every node's daemon over ssh from the head (not mpich mode,
     tree spawn, Slurm, or the head alone), after the head's checks reached each node the same way."""
-    return (request.check_nodes and not request.tree_spawn and request.mode != "mpich"
+    return (request.check_nodes and not request.tree_spawn and launcher_of(request).rides_ssh_masters
             and request.scheduler != "slurm" and len(request.nodes or ()) > 1)
 
 
@@ -56,8 +57,8 @@ def resolved(head_facts: Mapping, mode: str, user: str, script: str, shared_stor
     options the user chose: the one resolution of them, which the launch role (filter
     launch_resolved, in run.yml) and `torchfleet render` both call. None where the facts lack a
     value (render without facts; the launch's checks refuse that before)."""
-    mpich = mode == "mpich"
-    flavour = (mpich_launcher or head_facts.get("mpich_found_launcher") or None) if mpich else None
+    chosen = flavour(mode, mpich_launcher, head_facts.get("mpich_found_launcher"))
+    launcher = launcher_named(mode, chosen)
     on_nodes = script if truthy(shared_storage) else f"{script_dir.rstrip('/')}/{posixpath.basename(script)}"
     return {
         "script": on_nodes,
@@ -66,12 +67,12 @@ def resolved(head_facts: Mapping, mode: str, user: str, script: str, shared_stor
         # Empty with python_env_engine=none, which only rank mode (no torchrun) accepts.
         "torchrun": head_facts.get("python_env_torchrun") or None,
         # The full path setup recorded: plain mpirun and mpiexec are alternatives either MPI may hold.
-        "launcher": head_facts.get("mpich_mpiexec" if mpich else "openmpi_mpirun") or None,
-        "mpich_launcher": flavour,
+        "launcher": head_facts.get(launcher.setup_fact) or None,
+        "mpich_launcher": chosen,
         # Open MPI refuses root without its flag; Hydra has none.
-        "allow_run_as_root": user == "root" and not mpich,
+        "allow_run_as_root": user == "root" and launcher.run_as_root_flag,
         # PALS starts the nodes' processes itself; the head takes no ssh to them.
-        "check_nodes": not uses_pals(mode, flavour),
+        "check_nodes": not uses_pals(mode, chosen),
         # What setup installed (the same on every node, or setup fails): a node that drifted since is refused.
         "expect_packages": dict(head_facts.get("python_env_installed") or {}),
     }

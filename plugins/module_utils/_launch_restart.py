@@ -27,6 +27,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record
     runs_index,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.report import STOP_HINT, group_runs, runs_listed
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import launcher_of
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.node_files import write_file
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.processes import find_run_processes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, plan_of_run
@@ -54,9 +55,10 @@ def restart_refusal(record: dict | None, plan: SupervisorPlan | str | None, run_
                 f"stop it first ({STOP_HINT}), or wait for it")
     if state not in RESTARTABLE:
         return f"run {run_id} {state}: there is nothing to restart; launch a new run instead"
-    if isinstance(plan, str) or plan.request.scheduler != "none" or plan.request.mode == "mpich":
+    if isinstance(plan, str) or plan.request.scheduler != "none" or not launcher_of(plan.request).restarts:
         how = (f"it was launched by an older torchfleet ({plan})" if isinstance(plan, str) else
-               "it ran through Slurm" if plan.request.scheduler != "none" else "it ran through MPICH's mpiexec")
+               "it ran through Slurm" if plan.request.scheduler != "none" else
+               f"it ran through {launcher_of(plan.request).name}")
         return (f"run {run_id} cannot be restarted by torchfleet: {how}; launch it again (with your "
                 f"script's resume option)")
     return None

@@ -9,6 +9,8 @@ import dataclasses
 import re
 import shlex
 
+from .launchers import launcher_of
+
 FORMATS = ("slurm", "pbs")
 MODULE_WRITER = "torchfleet.cluster.torchrun_launch"  # a run's own job, as its script says
 # Placeholders in the plan, replaced by shell variables the script sets at run time.
@@ -30,8 +32,8 @@ def for_allocation(plan, fmt: str, nodes: int, slots: int, run_id: str | None = 
                                              address=HEAD if i == 0 else f"tf-node{i}.placeholder")
                          for i in range(nodes))
     extra = tuple(plan.request.mpirun_extra_args)
-    if fmt == "slurm" and plan.request.mode != "mpich":
-        extra += ("--mca", "plm", "slurm")
+    if fmt == "slurm":
+        extra += launcher_of(plan.request).slurm_args or ()
     request = plan.request.with_changes(head="node0", mpirun_extra_args=list(extra))
     return dataclasses.replace(plan, request=request, nodes=placeholders, hostfile_path=HOSTFILE,
                                run_id=run_id or RUN_ID, ssh_control_path=None)

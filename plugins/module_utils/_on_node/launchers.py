@@ -11,6 +11,7 @@ and the plan's checks ask the plan's launcher (``launcher_of``) rather than comp
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from .launch_plan import KEEPALIVE_MCA, KEEPALIVE_PROBES, MPICH_LAUNCHERS, Node, Plan
 
@@ -32,6 +33,16 @@ class Launcher:
     name = ""
     node_rank = ""  # the shell expansion a node's command reads its node rank from
     keepalive = False  # whether silent_node_timeout sets its daemons' TCP keepalive (KEEPALIVE_MCA)
+    setup_fact = ""  # the fact in which setup records the launcher's full path on the head
+    restarts = False  # whether a run's supervisor restarts it (a new launcher on the nodes left)
+    run_as_root_flag = False  # whether root must say so (Open MPI's --allow-run-as-root)
+    slurm_args: tuple[str, ...] | None = None  # its arguments inside a Slurm allocation; None: not there
+    rides_ssh_masters = False  # whether its ssh to the nodes can ride the launch's masters (ssh_control_path)
+
+    def failure(self, own_output: str) -> dict | None:
+        """{host, exit_code} of the first process the launcher's own output says failed, where it
+        says so in a way of its own; None to read it as Open MPI's (report.parse_mpirun_failure)."""
+        return None
 
     def hostfile(self, order: list[Node]) -> str:
         return "".join(f"{node.address}\n" for node in order)
@@ -51,6 +62,11 @@ class OpenMPI(Launcher):
     name = "Open MPI's mpirun"
     node_rank = "${OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}"
     keepalive = True
+    setup_fact = "openmpi_mpirun"
+    restarts = True
+    run_as_root_flag = True
+    slurm_args = ("--mca", "plm", "slurm")  # Slurm starts the daemons (srun): never ssh inside an allocation
+    rides_ssh_masters = True  # plm_rsh_args
 
     def hostfile(self, order: list[Node]) -> str:
         return "".join(f"{node.address} slots={node.slots}\n" for node in order)
@@ -93,11 +109,32 @@ class OpenMPI(Launcher):
         return None
 
 
+# Hydra, a process (a node's torchrun) that ended badly; the node as the hostfile gave it, and
+# the status, which for a signal is the signal's number:
+#   =   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+#   =   PID 3103 RUNNING AT 172.19.0.3
+#   =   EXIT CODE: 9
+#   ...
+#   YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)
+_HYDRA_BAD = re.compile(r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\s*\n=\s*PID \d+ RUNNING AT "
+                        r"(\S+)\s*\n=\s*EXIT CODE: (\d+)")
+_HYDRA_SIGNAL = re.compile(r"EXIT STRING: .*\(signal (\d+)\)")
+
+
 class Hydra(Launcher):
     """MPICH's Hydra (Intel MPI's too): mpiexec -launcher ssh, one process a node, each line
     prefixed with its rank; its own output, no per-rank files."""
     name = "MPICH's mpiexec"
     node_rank = "${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}"
+    setup_fact = "mpich_mpiexec"
+
+    def failure(self, own_output):
+        """The node and status of the first process Hydra names; a signal N becomes 128+N."""
+        match = _HYDRA_BAD.search(own_output)
+        if not match:
+            return None
+        killed = _HYDRA_SIGNAL.search(own_output, match.end())
+        return {"host": match.group(1), "exit_code": 128 + int(killed.group(1)) if killed else int(match.group(2))}
 
     def argv(self, plan, order, ifaces, env_names, world_size, tail):
         request = plan.request
@@ -122,8 +159,8 @@ class Hydra(Launcher):
 
 
 class Pals(Hydra):
-    """HPE Cray PALS's mpiexec: it starts the nodes' processes itself (no ssh from the head)."""
-    name = "PALS's mpiexec"
+    """HPE Cray PALS's mpiexec (Cray MPICH's): it starts the nodes' processes itself (no ssh from
+    the head)."""
 
     def argv(self, plan, order, ifaces, env_names, world_size, tail):
         request = plan.request
@@ -147,6 +184,17 @@ def choice_problem(mode: str, mpich_launcher: str | None) -> str | None:
     return None
 
 
+def flavour(mode: str, given: str | None, found: str | None) -> str | None:
+    """The MPICH flavour a request runs under: the one given, else the one setup read from
+    mpiexec (`found`); None in a mode that runs no mpiexec."""
+    return (given or found or None) if mode == "mpich" else None
+
+
+def launcher_named(mode: str, mpich_launcher: str | None) -> Launcher:
+    """The launcher of a mode and MPICH flavour (the choice checked by choice_problem)."""
+    return _MPICH.get(mpich_launcher or "", PALS) if mode == "mpich" else OPEN_MPI
+
+
 def launcher_of(request) -> Launcher:
-    """The launcher a request runs under (its choice checked by choice_problem)."""
-    return _MPICH.get(request.mpich_launcher or "", PALS) if request.mode == "mpich" else OPEN_MPI
+    """The launcher a request runs under."""
+    return launcher_named(request.mode, request.mpich_launcher)

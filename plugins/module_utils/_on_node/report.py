@@ -14,6 +14,7 @@ import signal
 from datetime import datetime, timezone
 
 from .labels import slot_owner, untagged
+from .launchers import launcher_named
 from .log_ends import clipped, last_lines, log_tail, read_end
 from .record import node_workers
 
@@ -156,28 +157,6 @@ def parse_lost_daemon(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-# MPICH Hydra, a process (a node's torchrun in mpich mode) that ended badly; the node as the
-# hostfile gave it, and the status, which for a signal is the signal's number:
-#   =   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
-#   =   PID 3103 RUNNING AT 172.19.0.3
-#   =   EXIT CODE: 9
-#   ...
-#   YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)
-_HYDRA_BAD = re.compile(r"BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\s*\n=\s*PID \d+ RUNNING AT "
-                        r"(\S+)\s*\n=\s*EXIT CODE: (\d+)")
-_HYDRA_SIGNAL = re.compile(r"EXIT STRING: .*\(signal (\d+)\)")
-
-
-def parse_hydra_failure(text: str) -> dict | None:
-    """The node and status of the first process Hydra names; a signal N becomes 128+N."""
-    match = _HYDRA_BAD.search(text)
-    if not match:
-        return None
-    killed = _HYDRA_SIGNAL.search(text, match.end())
-    code = 128 + int(killed.group(1)) if killed else int(match.group(2))
-    return {"host": match.group(1), "exit_code": code}
-
-
 def node_named(host: str, order) -> str:
     """The inventory name of a node Open MPI names by its hostfile address; else `host`."""
     return next((node.name for node in order if host in (node.address, node.name)), host)
@@ -270,7 +249,7 @@ def head_log(order):
     return read
 
 
-def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dict:
+def describe_failure(text, order, mode, paths, nproc=None, read_log=None, mpich_launcher=None) -> dict:
     """failed_* result keys from the launcher log; None where the log does not tell. The failing
     rank's own log is read on the node it ran on: `read_log(node name, glob pattern)` gives
     (the resolved path or None, its last lines); the head's alone by default."""
@@ -287,7 +266,7 @@ def describe_failure(text, order, mode, paths, nproc=None, read_log=None) -> dic
         pattern = f"{node_workers(paths['workers'], index)}/*/attempt_*/{failure['local_rank']}/stderr.log"
     else:
         own = launcher_own(text)  # only Open MPI (or Hydra) speaks for itself
-        hydra = parse_hydra_failure(own) if mode == "mpich" else None
+        hydra = launcher_named(mode, mpich_launcher).failure(own)
         if hydra:
             # Hydra names the node, not the rank: its torchrun ended without a worker's summary.
             return {"failed_rank": None, "failed_host": node_named(hydra["host"], order),

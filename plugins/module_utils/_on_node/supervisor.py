@@ -468,7 +468,7 @@ class Run:
             state = "failed"
             failure = report.describe_failure(
                 read_end(paths["launcher"]), self.nodes, plan.request.mode, paths, plan.nproc,
-                read_log=self.read_log)
+                read_log=self.read_log, mpich_launcher=plan.request.mpich_launcher)
             result.update(failure)
             msg = report.failure_message(run_id, rc, failure, paths) + left
             silent = {name: v.since for name, v in self.not_alive.items() if v.state is NodeState.SILENT}

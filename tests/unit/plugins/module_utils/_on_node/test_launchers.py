@@ -1,11 +1,15 @@
 """launchers.py: each launcher behind one interface, chosen from the request alone; what each
 refuses of a plan. Their argv and hostfiles are the renderer's goldens (test_renderer.py)."""
 
+from pathlib import Path
+
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import launchers
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 from plan_helpers import make_plan, node
+
+CAPTURED = Path(__file__).resolve().parents[2] / "modules" / "captured"  # real launchers' output
 
 
 @pytest.mark.parametrize("given, chosen", [
@@ -38,3 +42,25 @@ def test_a_launcher_choice_that_names_none_is_refused_with_its_fix():
     assert launchers.choice_problem("torchrun", "hydra") == (
         "mpich_launcher applies to mpich mode only; leave it unset in torchrun mode")
     assert launchers.choice_problem("torchrun", None) is None and launchers.choice_problem("mpich", "pals") is None
+
+
+def test_hydra_names_the_failed_node_and_a_signal_as_128_plus_n_and_open_mpi_leaves_it_to_the_report():
+    # Hydra's EXIT CODE for a signal is the signal's number; its EXIT STRING says it was one.
+    assert launchers.HYDRA.failure((CAPTURED / "hydra_signal15.log").read_text()) == {
+        "host": "localhost", "exit_code": 143}
+    # Without the EXIT STRING (mpiexec aborted first), the code is all there is.
+    assert launchers.PALS.failure((CAPTURED / "hydra_torchrun_killed.log").read_text()) == {
+        "host": "172.18.0.3", "exit_code": 9}
+    assert launchers.HYDRA.failure((CAPTURED / "rank_signal9.log").read_text()) is None
+    assert launchers.OPEN_MPI.failure((CAPTURED / "hydra_signal15.log").read_text()) is None
+
+
+def test_what_differs_between_launchers_is_said_by_each():
+    assert [(launcher.setup_fact, launcher.restarts, launcher.run_as_root_flag, launcher.slurm_args,
+             launcher.rides_ssh_masters) for launcher in (launchers.OPEN_MPI, launchers.HYDRA, launchers.PALS)] == [
+        ("openmpi_mpirun", True, True, ("--mca", "plm", "slurm"), True), ("mpich_mpiexec", False, False, None, False),
+        ("mpich_mpiexec", False, False, None, False)]
+    assert launchers.launcher_named("mpich", "hydra") is launchers.HYDRA
+    assert launchers.launcher_named("rank", None) is launchers.OPEN_MPI
+    assert (launchers.flavour("mpich", None, "hydra"), launchers.flavour("mpich", "pals", "hydra"),
+            launchers.flavour("torchrun", "pals", "hydra")) == ("hydra", "pals", None)

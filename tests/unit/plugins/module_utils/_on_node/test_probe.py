@@ -83,5 +83,3 @@ def test_a_board_request_without_an_entry_only_reads_the_others():
     # Check mode's launch asks for the others and writes nothing (the entry is None).
     answer = node_probe.probe({"board": {"entry": None, "share": False}})
     assert answer["announced"] is None and isinstance(answer["others"], list)
-
-

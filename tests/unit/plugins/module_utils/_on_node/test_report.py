@@ -127,15 +127,6 @@ def test_open_mpi_names_the_torchrun_process_in_torchrun_mode():
         "rank": 0, "host": None, "exit_code": 1}
 
 
-def test_hydra_names_the_node_and_a_signal_as_128_plus_n():
-    # Hydra's EXIT CODE for a signal is the signal's number; its EXIT STRING says it was one.
-    assert report.parse_hydra_failure(captured("hydra_signal15.log")) == {"host": "localhost", "exit_code": 143}
-    # Without the EXIT STRING (mpiexec aborted first), the code is all there is.
-    assert report.parse_hydra_failure(captured("hydra_torchrun_killed.log")) == {
-        "host": "172.18.0.3", "exit_code": 9}
-    assert report.parse_hydra_failure(captured("rank_signal9.log")) is None
-
-
 def test_hydra_failure_is_told_by_the_node_it_names(tmp_path):
     nodes = [Node("n0", "172.18.0.2", 2, "eth0"), Node("n1", "172.18.0.3", 2, "eth0")]
     failure = report.describe_failure(captured("hydra_torchrun_killed.log"), nodes, "mpich", _paths(tmp_path))
