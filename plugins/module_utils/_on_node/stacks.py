@@ -129,13 +129,28 @@ def take(run_id: str, run_dir: str, attempt: int, wait: float = DUMP_WAIT) -> di
     taken: dict[int, dict] = {}
     for rank, stem in signalled.items():
         try:
-            with open(stem + ".txt", "rb") as handle:
-                text = handle.read(READ_LIMIT).decode("utf-8", "replace")
+            text = read_regular(stem + ".txt", READ_LIMIT).decode("utf-8", "replace")
         except OSError:
             continue
         collectives, entered = collectives_summary(_read_json(stem + ".collectives.json"))
         taken[rank] = {"stacks": text, "collectives": collectives, "entered": entered}
     return taken
+
+
+def read_regular(path: str, limit: int) -> bytes:
+    """The first `limit` bytes of the plain file at `path`, never through a link nor from a fifo
+    (a rank, or the account, may plant either in the run's directory: a reader would follow the
+    one and block on the other). OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a plain file")
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            return handle.read(limit)
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def _ask_flight_recorder(fifo: str) -> None:
@@ -150,10 +165,7 @@ def _ask_flight_recorder(fifo: str) -> None:
 
 def _read_json(path: str):
     try:
-        if os.path.islink(path):
-            return None
-        with open(path, "rb") as handle:
-            return json.loads(handle.read(COLLECTIVES_LIMIT))
+        return json.loads(read_regular(path, COLLECTIVES_LIMIT))
     except (OSError, ValueError):
         return None
 
@@ -212,17 +224,17 @@ def kept_stacks(run_dir: str) -> dict:
     kept: dict = {}
     for path in glob.glob(os.path.join(glob.escape(run_dir), STACKS_DIR, "attempt_*", "rank_*.txt")):
         found = _KEPT.search(path)
-        if not found or os.path.islink(path):
+        if not found:
             continue
         try:
-            with open(path, "rb") as handle:
-                text = handle.read(READ_LIMIT).decode("utf-8", "replace")
-            beside = path[:-len(".txt")] + ".collectives.txt"
-            if os.path.isfile(beside) and not os.path.islink(beside):
-                with open(beside, "rb") as handle:
-                    text = text.rstrip("\n") + "\n\n" + handle.read(READ_LIMIT).decode("utf-8", "replace")
+            text = read_regular(path, READ_LIMIT).decode("utf-8", "replace")
         except OSError:
             continue
+        try:
+            beside = read_regular(path[:-len(".txt")] + ".collectives.txt", READ_LIMIT).decode("utf-8", "replace")
+            text = text.rstrip("\n") + "\n\n" + beside
+        except OSError:
+            pass  # none kept (no torch in the rank), or not a plain file
         kept.setdefault(f"attempt_{found.group(1)}", {})[int(found.group(2))] = text
     return {attempt: dict(sorted(ranks.items())) for attempt, ranks in sorted(kept.items())}
 

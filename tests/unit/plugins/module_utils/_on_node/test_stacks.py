@@ -148,3 +148,19 @@ def test_the_flight_recorders_thread_is_never_taken_for_the_ranks_top():
     text = ('Thread 0x00007f03 (most recent call first):\n  File "/h/sitecustomize.py", line 30 in '
             '_torchfleet_flight_recorder\n\nThread 0x00007f01 (most recent call first):\n  File "/x/t.py", line 9 in stuck\n')
     assert stacks.top_frames(text) == ['File "/x/t.py", line 9 in stuck']
+
+
+def test_a_planted_link_or_fifo_among_the_kept_stacks_is_never_read(tmp_path):
+    # The run's directory is the training account's: a rank may plant a link to a file only root
+    # reads, or a fifo that would block the reader for ever.
+    secret = tmp_path / "secret"
+    secret.write_text("root's own")
+    where = tmp_path / "run" / "stacks" / "attempt_0"
+    where.mkdir(parents=True)
+    (where / "rank_0.txt").write_text("stack of 0")
+    (where / "rank_0.collectives.txt").symlink_to(secret)
+    (where / "rank_1.txt").symlink_to(secret)
+    os.mkfifo(where / "rank_2.txt")
+    (where / "rank_3.txt").write_text("stack of 3")
+    os.mkfifo(where / "rank_3.collectives.txt")
+    assert stacks.kept_stacks(str(tmp_path / "run")) == {"attempt_0": {0: "stack of 0", 3: "stack of 3"}}
