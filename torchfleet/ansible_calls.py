@@ -153,23 +153,31 @@ class Outcome:
 
 
 class CtrlC:
-    """The command's own SIGINT handler, installed once it has something to stop. While a playbook
-    runs, ansible-runner polls `heard` (its cancel_callback) and ends the playbook; anywhere else
-    a Ctrl-C raises KeyboardInterrupt as usual. Without a cancel_callback ansible-runner would
+    """The launch's own SIGINT handler, installed once it has something to stop. Until `follow()`
+    a Ctrl-C is only heard: while the playbook runs, ansible-runner polls `heard` (its
+    cancel_callback) and ends the playbook; before, the playbook is not run at all. Raising
+    KeyboardInterrupt there could cut an import short (yaml's, ansible-runner's), and the stop that
+    follows would fail on the module left half made. Without a cancel_callback ansible-runner would
     install a handler of its own, and a Ctrl-C would never reach the command."""
 
     def __init__(self):
         self.heard = False
-        self.in_playbook = False
+        self.raising = False
         signal.signal(signal.SIGINT, self.handler)
 
     def handler(self, _signum, _frame):
         self.heard = True
-        if not self.in_playbook:
+        if self.raising:
             raise KeyboardInterrupt
 
     def cancel(self) -> bool:
         return self.heard
+
+    def follow(self) -> None:
+        """From here on a Ctrl-C raises KeyboardInterrupt, at once if one was heard already."""
+        self.raising = True
+        if self.heard:
+            raise KeyboardInterrupt
 
 
 # Set in every process of one call (ansible-playbook, its workers, their ssh): how the command
@@ -232,14 +240,14 @@ def call(*, playbook: str | None = None, module: str | None = None, module_args:
         (private / "env").mkdir(exist_ok=True)
         (private / "env" / "settings").write_text('{"pexpect_timeout": 0.2}\n')
         kwargs["cancel_callback"] = ctrl_c.cancel
-        ctrl_c.in_playbook = True
+        if ctrl_c.heard:  # before the playbook started: it never does
+            shutil.rmtree(private, ignore_errors=True)
+            return Outcome(130, "canceled", progress, None)
     try:
         result = ansible_runner.run(**kwargs)
     finally:
-        if ctrl_c:
-            ctrl_c.in_playbook = False
-            if ctrl_c.heard:
-                end_processes_of_call(str(private))
+        if ctrl_c and ctrl_c.heard:
+            end_processes_of_call(str(private))
         (private / "artifacts" / ident / "command").unlink(missing_ok=True)
     rc = result.rc if isinstance(result.rc, int) else 1
     if not (keep_on_success if rc == 0 else keep_on_failure):

@@ -286,6 +286,7 @@ def test_ctrl_c_at_any_moment_of_a_launch_leaves_nothing_and_starts_nothing(clus
         big = tmp_path / "big.txt"
         big.write_bytes(os.urandom(11 * 2**20).hex().encode()[:15 * 2**20])
         extra = ["-e", json.dumps({"files": [str(big)]})]
+    runs_before = set(runs_json(cluster))
     launch = Attached(cluster, TICKER, "-e", "nproc_per_node=1", *extra, "--", *ENDLESS)
     try:
         time.sleep(after)
@@ -296,18 +297,19 @@ def test_ctrl_c_at_any_moment_of_a_launch_leaves_nothing_and_starts_nothing(clus
     finally:
         launch.kill()
     assert rc == 130, launch.errors
-    said = next(line for line in launch.errors if line.startswith("torchfleet: interrupted: stopping run "))
-    run_id = said.split()[4]
+    # Said once the launch has a run to stop; a Ctrl-C before (Python still starting) ends it at once.
+    said = next((line for line in launch.errors if line.startswith("torchfleet: interrupted: stopping run ")), None)
+    run_id = said.split()[4] if said else None
     assert nothing_alive(), {node: left_on(node) for node in NODES}
     # Nor on this machine: no ansible-playbook of the launch left, nor one of its workers (each in
     # a session of its own, out of reach of the kill of the playbook's process group).
-    here = run(["pgrep", "-af", run_id]).stdout.splitlines()
+    here = run(["pgrep", "-af", run_id]).stdout.splitlines() if run_id else []
     assert not here, here
     # Nothing starts afterwards: a start in flight on the head was ended, or its run stopped.
     time.sleep(10)
     assert nothing_alive(), {node: left_on(node) for node in NODES}
-    record = runs_json(cluster).get(run_id)
-    assert record is None or record["state"] == "stopped", record  # never started, or stopped
+    records = {key: item["state"] for key, item in runs_json(cluster).items() if key not in runs_before}
+    assert set(records) <= {run_id} and set(records.values()) <= {"stopped"}, records  # never started, or stopped
     print(f"^C {after} s into the launch{' (upload)' if upload else ''}: exit {exited:.1f} s later, nothing left")
 
 

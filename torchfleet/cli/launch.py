@@ -63,12 +63,9 @@ def start_run(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
     from torchfleet.ansible_calls import CtrlC
 
     ctrl_c = CtrlC()
-    try:
-        outcome = playbook(args, "launch", ctrl_c=ctrl_c, run_id=run_id, detach=True,
-                           **option_flags_given(args), **launch_vars)
-        if ctrl_c.heard:  # the playbook was ended; the head refuses to start what it had not
-            raise KeyboardInterrupt
-    except KeyboardInterrupt:
+    outcome = playbook(args, "launch", ctrl_c=ctrl_c, run_id=run_id, detach=True,
+                       **option_flags_given(args), **launch_vars)
+    if ctrl_c.heard:  # the playbook never ran, or was ended; the head refuses to start what it had not
         return interrupted(args, run_id)
     started = [item["res"] for item in results(outcome, LAUNCH, failed=True)]
     result = started[-1] if started else {}
@@ -100,6 +97,7 @@ def start_run(args: argparse.Namespace, run_id: str, **launch_vars) -> int:
         print(f"torchfleet: run {run_id} {how} on {head_name} (world size {result.get('world_size')}); "
               f"Ctrl-C stops it; closing this terminal or losing the connection does not "
               f"(torchfleet logs -f {run_id} follows it again)", file=sys.stderr, flush=True)
+        ctrl_c.follow()
         target = launched_target(outcome, args)  # loads Ansible's ssh plugin, which costs time
     except KeyboardInterrupt:
         return interrupted(args, run_id)

@@ -98,3 +98,23 @@ def test_after_a_ctrl_c_the_calls_processes_end_in_whatever_session_they_run(tmp
         for proc in (own, other):
             proc.kill()
             proc.wait(timeout=10)
+
+
+def test_a_ctrl_c_before_the_launch_is_followed_is_heard_never_raised_and_no_playbook_runs(tmp_path, monkeypatch):
+    # Raised mid-import it would leave a module half made (yaml's), and the stop would fail on it.
+    import io
+
+    monkeypatch.setattr(ansible_calls.tempfile, "tempdir", str(tmp_path))
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        ctrl_c = ansible_calls.CtrlC()
+        os.kill(os.getpid(), signal.SIGINT)  # handled before the next bytecode: nothing raised
+        assert ctrl_c.heard
+        outcome = ansible_calls.call(playbook="torchfleet.cluster.launch", inventories=[], cmdline=[],
+                                     progress=ansible_calls.Progress(stream=io.StringIO()), ctrl_c=ctrl_c)
+        assert (outcome.rc, outcome.status, outcome.artifacts) == (130, "canceled", None)
+        assert not list(tmp_path.iterdir())  # no private data dir left: ansible-runner never ran
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.follow()  # following the run: the Ctrl-C heard ends it now
+    finally:
+        signal.signal(signal.SIGINT, before)
