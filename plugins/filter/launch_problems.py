@@ -23,7 +23,7 @@ options:
         Beside them, what only the play knows - each node's hostvars under C(nodes)
         (read once, as each read of hostvars costs the controller time per node), C(group_hosts)
         and C(play_hosts), what setup recorded on the head (C(head_torchrun), C(head_mpiexec),
-        C(head_mpirun)), C(reserved_action) (what -e action= gave; refused, as Ansible reserves
+        C(head_mpirun), C(head_found_launcher)), C(reserved_action) (what -e action= gave; refused, as Ansible reserves
         the name), and C(facts_pending) (setup's facts are to be read back from the nodes, and
         the checks that need them wait for that). The checks are
         C(plugins/module_utils/_launch_checks.py)'s C(problems()).

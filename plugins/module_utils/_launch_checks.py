@@ -20,8 +20,9 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.slurm 
     SlurmError, check_name, check_time_limit)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import (
     LIST_OPTIONS, OPTIONS, RESTART_OPTIONS)
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import port_problem, uses_pals
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import choice_problem, launcher_named
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import port_problem
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import (
+    choice_problem, flavour, launcher_named)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.plan_checks import torchrun_args_problem
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import truthy
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.liveness import SILENT_AFTER
@@ -92,8 +93,14 @@ def _shape_problem(request: dict) -> str | None:
     return None
 
 
-def by_pals(request: dict) -> bool:
-    return uses_pals(request["mode"], request.get("mpich_launcher"))
+def chosen_flavour(request: dict) -> str | None:
+    """The MPICH flavour the request runs under: the one given, else the one setup found on the head."""
+    return flavour(request["mode"], request.get("mpich_launcher"), request.get("head_found_launcher"))
+
+
+def launcher(request: dict):
+    """The launcher the request runs under (before choice_problem's check: Hydra for mpich)."""
+    return launcher_named(request["mode"], chosen_flavour(request))
 
 
 def _start_problems(request: dict) -> list[str]:
@@ -107,7 +114,7 @@ def _start_problems(request: dict) -> list[str]:
     missing = [] if shared else [path for path in lists["files"] if not os.path.isfile(path)]
     if missing:
         problems.append(f"These files are not on the controller: {', '.join(missing)}.")
-    elif not shared and not by_pals(request) and os.path.isfile(request["script"]):
+    elif not shared and launcher(request).over_ssh and os.path.isfile(request["script"]):
         problems += _size_problems([request["script"], *lists["files"]])
     problems += _nproc_problems(request)
     problems += [said for said in (port_problem(request["master_port"]),
@@ -116,7 +123,7 @@ def _start_problems(request: dict) -> list[str]:
     said = torchrun_args_problem(lists.get("torchrun_extra_args") or [], request["mode"])
     if said:  # refused here, before any node, not first on the head
         problems.append(said + ".")
-    if request.get("bind_to", "none") != "none" and by_pals(request):
+    if request.get("bind_to", "none") != "none" and not launcher(request).binds:
         problems.append(f"bind_to is {request['bind_to']}, but through Cray PALS torchfleet starts each node's "
                         f"torchrun with --cpu-bind none, and PALS's binding is not mpirun's: leave bind_to at none.")
     elif request.get("bind_to") == "core" and request["mode"] != "rank":
@@ -257,28 +264,17 @@ def problems(request: dict) -> list[str]:
                      f"configured).")
     # python_env_engine=none records no torchrun; without this check the launch would fail on the
     # nodes, looking for a torchrun on PATH.
-    elif request["action"] == "start" and request["mode"] in ("torchrun", "mpich") and not request["head_torchrun"]:
+    elif request["action"] == "start" and request["mode"] != "rank" and not request["head_torchrun"]:
         found.append(f"launch_mode={request['mode']} runs torchrun, but setup recorded none on "
                      f"{request['head']} (python_env_engine=none uses the node's own Python): use -e "
                      f"launch_mode=rank, or set up an environment with PyTorch (python_env_engine=venv "
                      f"or conda).")
-    elif request["action"] == "start" and request["mode"] == "mpich":
-        found += _mpich_problems(request)
-    elif request["action"] == "start" and request.get("head_mpiexec") and not request.get("head_mpirun"):
-        # Plain mpirun would be MPICH's there (the alternative), and fail on Open MPI's options.
-        found.append(f"launch_mode={request['mode']} runs Open MPI's mpirun, but setup installed MPICH "
-                     f"alone on {request['head']}: use -e launch_mode=mpich, or run `ansible-playbook "
-                     f"setup.yml -i INVENTORY` (mpi_implementation=openmpi) to add Open MPI beside it.")
+    elif request["action"] == "start":
+        said = launcher(request).setup_problem(request["head"], request["mode"], {
+            "openmpi_mpirun": request.get("head_mpirun"), "mpich_mpiexec": request.get("head_mpiexec")})
+        said = said or choice_problem(request["mode"], chosen_flavour(request))
+        found += [said] if said else []
     return found
-
-
-def _mpich_problems(request: dict) -> list[str]:
-    if not request.get("head_mpiexec"):
-        return [f"launch_mode=mpich runs MPICH's mpiexec, but setup recorded none on {request['head']}: "
-                f"run `ansible-playbook setup.yml -i INVENTORY -e mpi_implementation=mpich` first (MPICH "
-                f"goes beside Open MPI; each is called by its full path)."]
-    said = choice_problem(request["mode"], request.get("mpich_launcher"))
-    return [said] if said else []
 
 
 def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, check_nodes: bool = True) -> list[str]:

@@ -16,7 +16,8 @@ Standard library only: the CLI imports this file outside Ansible.
 from __future__ import annotations
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_schema import Option
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT, MODES
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import MPICH_LAUNCHERS
 
 # The module's nodes, one dict each (the launch_nodes filter makes them from setup's facts).
 NODE_OPTIONS = (
@@ -75,7 +76,7 @@ OPTIONS: tuple[Option, ...] = (
            module_value="{{ launch_run_id or omit }}", also_for=("restarted", "stopped")),
     Option("mode", "str", "torchrun (one torchrun per node) or rank (one MPI rank per worker) with "
            "Open MPI, or mpich (one torchrun per node with MPICH's mpiexec).", default="torchrun",
-           choices=("torchrun", "rank", "mpich"),
+           choices=MODES,
            module_doc=(
                "V(torchrun) starts one C(torchrun) per node with Open MPI; V(rank) starts one Open MPI rank per slot "
                "running O(python) O(script); V(mpich) starts one C(torchrun) per node with MPICH's C(mpiexec), the "
@@ -90,8 +91,8 @@ OPTIONS: tuple[Option, ...] = (
                "N.")),
     Option("mpich_launcher", "str", "With mode mpich, which mpiexec runs: hydra (MPICH's Hydra, Intel "
            "MPI) or pals (HPE Cray PALS); default what setup read from mpiexec --version.",
-           choices=("hydra", "pals"), role_choices=(),
-           role_default="{{ hostvars[launch_head].mpich_found_launcher | default('') }}",
+           choices=MPICH_LAUNCHERS, role_choices=(),
+           role_default="",
            short="mpich_launcher",
            module_doc=(
                "With O(mode=mpich), which C(mpiexec) O(launcher) is. V(hydra) is MPICH's Hydra (also Intel MPI's), "

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_schema import Option
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_options import OPTIONS
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import node_slots, uses_pals
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import node_slots
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_request import LaunchRequest
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import flavour, launcher_named, launcher_of
 
@@ -72,7 +72,7 @@ def resolved(head_facts: Mapping, mode: str, user: str, script: str, shared_stor
         # Open MPI refuses root without its flag; Hydra has none.
         "allow_run_as_root": user == "root" and launcher.run_as_root_flag,
         # PALS starts the nodes' processes itself; the head takes no ssh to them.
-        "check_nodes": not uses_pals(mode, chosen),
+        "check_nodes": launcher.over_ssh,
         # What setup installed (the same on every node, or setup fails): a node that drifted since is refused.
         "expect_packages": dict(head_facts.get("python_env_installed") or {}),
     }

@@ -46,7 +46,9 @@ def labelled(line: str, record: dict) -> tuple[int | None, str | None, str]:
     """(global rank or None, node name or None, the line without launcher tags) for a line of
     launcher.log. A line with no rank is the launcher's own (torchrun, mpirun)."""
     nodes, mode = record.get("nodes") or [], record.get("mode")
-    tag = (_HYDRA_TAG if mode == "mpich" else _MPI_TAG).match(line)
+    # Each launcher's tag, whichever ran: Hydra's never starts as Open MPI's, nor Open MPI's own
+    # untagged words as Hydra's.
+    tag = _MPI_TAG.match(line) or _HYDRA_TAG.match(line)
     if not tag:
         return None, None, line
     process, text = int(tag.group(1)), line[tag.end():]

@@ -21,11 +21,11 @@ from datetime import datetime, timezone
 from types import MappingProxyType
 
 from .launch_request import LaunchRequest
+from .launchers import launcher_of
 
 MODES = ("torchrun", "rank", "mpich")
 DEFAULT_PORT = 29500  # the rendezvous port on the head when none is given (torchrun's own default)
 PORTS = range(1024, 65536)  # a rendezvous port: none of the privileged ones
-MPICH_LAUNCHERS = ("hydra", "pals")
 SHELL = "/bin/sh"
 SHELL_NAME = "torchfleet"  # $0 of the remote sh: names it in its own error messages
 INHERITED = "<inherited>"
@@ -39,10 +39,6 @@ RESERVED_ENV = frozenset({
     "TORCHFLEET_RUN_ID", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT",
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
 })
-
-# Open MPI's TCP keepalive, set from silent_node_timeout (when it is not 0).
-KEEPALIVE_MCA = ("oob_tcp_keepalive_time", "oob_tcp_keepalive_intvl", "oob_tcp_keepalive_probes")
-KEEPALIVE_PROBES = 3
 
 
 class PlanError(ValueError):
@@ -103,21 +99,12 @@ def new_run_id(now: datetime | None = None, token: str | None = None) -> str:
     return f"tf-{now:%Y%m%d-%H%M%S}-{token or secrets.token_hex(3)}"
 
 
-def run_log_dirs(run_dir: str, mode: str) -> tuple[str | None, str | None]:
-    """(per-rank files of Open MPI on each node, torchrun's per-worker logs on each node) under
-    a run's directory; None where the mode has no such logs."""
-    ranks = f"{run_dir}/ranks" if mode != "mpich" else None
-    workers = f"{run_dir}/workers" if mode != "rank" else None
+def run_log_dirs(run_dir: str, request) -> tuple[str | None, str | None]:
+    """(per-rank files of the launcher on each node, torchrun's per-worker logs on each node)
+    under a run's directory; None where the request's launcher or mode keeps no such logs."""
+    ranks = f"{run_dir}/ranks" if launcher_of(request).rank_files else None
+    workers = f"{run_dir}/workers" if request.mode != "rank" else None
     return ranks, workers
-
-
-def uses_pals(mode: str, mpich_launcher: str | None) -> bool:
-    """Cray PALS starts the nodes' processes itself: Ansible copies the files, not the module."""
-    return mode == "mpich" and mpich_launcher == "pals"
-
-
-def by_pals(request: LaunchRequest) -> bool:
-    return uses_pals(request.mode, request.mpich_launcher)
 
 
 def port_problem(value) -> str | None:
@@ -134,7 +121,7 @@ def reads_worker_files(request) -> bool:
     cluster's ssh; under Slurm too, where the head checks the nodes over ssh: a batch job's
     output would be torchrun's --tee copies, which lose and glue lines); otherwise torchrun
     copies it to the launcher's output (--tee): PALS nodes take no ssh."""
-    return request.mode != "rank" and not by_pals(request) and (
+    return request.mode != "rank" and launcher_of(request).over_ssh and (
         request.scheduler == "none" or (request.scheduler == "slurm" and request.check_nodes))
 
 
@@ -147,7 +134,7 @@ def plan_for(request: LaunchRequest, nodes, *, run_id: str, run_dir: str, env_pa
     supervised run. `supervised`: the launch module's run, whose follower reads the workers' files
     where it can; a command rendered for a person to run keeps torchrun's --tee (the output on
     the terminal)."""
-    ranks, workers = run_log_dirs(run_dir, request.mode)
+    ranks, workers = run_log_dirs(run_dir, request)
     return Plan(
         request=request, nodes=tuple(node if isinstance(node, Node) else Node.of(node) for node in nodes),
         run_id=run_id, hostfile_path=f"{run_dir}/hostfile", log_dir=ranks, node_log_dir=workers,

@@ -12,8 +12,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import TYPE_CHECKING
 
-from .launch_plan import KEEPALIVE_MCA, KEEPALIVE_PROBES, MPICH_LAUNCHERS, Node, Plan
+if TYPE_CHECKING:  # launch_plan asks the launchers; they take its plans, never import it
+    from .launch_plan import Node, Plan
+
+MPICH_LAUNCHERS = ("hydra", "pals")
+
+# Open MPI's TCP keepalive, set from silent_node_timeout (when it is not 0).
+KEEPALIVE_MCA = ("oob_tcp_keepalive_time", "oob_tcp_keepalive_intvl", "oob_tcp_keepalive_probes")
+KEEPALIVE_PROBES = 3
 
 
 def keepalive_mca(silent_node_timeout: int) -> list[str]:
@@ -38,6 +46,14 @@ class Launcher:
     run_as_root_flag = False  # whether root must say so (Open MPI's --allow-run-as-root)
     slurm_args: tuple[str, ...] | None = None  # its arguments inside a Slurm allocation; None: not there
     rides_ssh_masters = False  # whether its ssh to the nodes can ride the launch's masters (ssh_control_path)
+    rank_files = False  # whether it keeps each rank's output in files of its own (a run's ranks/ directory)
+    over_ssh = True  # whether the head reaches every node over ssh (else the launcher starts them itself)
+    binds = True  # whether it binds the node's processes as bind_to says (mpirun's --bind-to)
+
+    def setup_problem(self, head: str, mode: str, found: dict[str, str]) -> str | None:
+        """What setup left out on the head (`found`: setup's facts, by setup_fact) that this
+        launcher needs, and the fix; None when nothing."""
+        return None
 
     def failure(self, own_output: str) -> dict | None:
         """{host, exit_code} of the first process the launcher's own output says failed, where it
@@ -67,6 +83,16 @@ class OpenMPI(Launcher):
     run_as_root_flag = True
     slurm_args = ("--mca", "plm", "slurm")  # Slurm starts the daemons (srun): never ssh inside an allocation
     rides_ssh_masters = True  # plm_rsh_args
+    rank_files = True  # --output-filename
+
+    def setup_problem(self, head, mode, found):
+        # Without a recorded mpirun the PATH's is run; with MPICH alone that would be MPICH's,
+        # which fails on Open MPI's options.
+        if found.get(HYDRA.setup_fact) and not found.get(self.setup_fact):
+            return (f"launch_mode={mode} runs Open MPI's mpirun, but setup installed MPICH alone on {head}: "
+                    f"use -e launch_mode=mpich, or run `ansible-playbook setup.yml -i INVENTORY` "
+                    f"(mpi_implementation=openmpi) to add Open MPI beside it.")
+        return None
 
     def hostfile(self, order: list[Node]) -> str:
         return "".join(f"{node.address} slots={node.slots}\n" for node in order)
@@ -128,6 +154,13 @@ class Hydra(Launcher):
     node_rank = "${PMI_RANK:-${PALS_RANKID:?not started by mpiexec}}"
     setup_fact = "mpich_mpiexec"
 
+    def setup_problem(self, head, mode, found):
+        if not found.get(self.setup_fact):
+            return (f"launch_mode={mode} runs MPICH's mpiexec, but setup recorded none on {head}: run "
+                    f"`ansible-playbook setup.yml -i INVENTORY -e mpi_implementation=mpich` first (MPICH "
+                    f"goes beside Open MPI; each is called by its full path).")
+        return None
+
     def failure(self, own_output):
         """The node and status of the first process Hydra names; a signal N becomes 128+N."""
         match = _HYDRA_BAD.search(own_output)
@@ -161,6 +194,8 @@ class Hydra(Launcher):
 class Pals(Hydra):
     """HPE Cray PALS's mpiexec (Cray MPICH's): it starts the nodes' processes itself (no ssh from
     the head)."""
+    over_ssh = False
+    binds = False  # --cpu-bind none: PALS's binding is not mpirun's
 
     def argv(self, plan, order, ifaces, env_names, world_size, tail):
         request = plan.request
@@ -191,8 +226,9 @@ def flavour(mode: str, given: str | None, found: str | None) -> str | None:
 
 
 def launcher_named(mode: str, mpich_launcher: str | None) -> Launcher:
-    """The launcher of a mode and MPICH flavour (the choice checked by choice_problem)."""
-    return _MPICH.get(mpich_launcher or "", PALS) if mode == "mpich" else OPEN_MPI
+    """The launcher of a mode and MPICH flavour (the choice checked by choice_problem; before
+    that check, Hydra for a flavour not known yet)."""
+    return _MPICH.get(mpich_launcher or "", HYDRA) if mode == "mpich" else OPEN_MPI
 
 
 def launcher_of(request) -> Launcher:

@@ -11,8 +11,8 @@ import re
 import socket
 from collections.abc import Mapping
 
-from .launch_plan import MODES, RESERVED_ENV, RUN_ID, KEEPALIVE_MCA, Node, Plan, PlanError, port_problem
-from .launchers import choice_problem, launcher_of
+from .launch_plan import MODES, RESERVED_ENV, RUN_ID, Node, Plan, PlanError, port_problem
+from .launchers import KEEPALIVE_MCA, choice_problem, launcher_of
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")  # Linux: at most 15 characters

@@ -237,6 +237,19 @@ def test_mpich_mode_needs_what_setup_records(request_, change, said):
     assert launch_problems(request_) == []
 
 
+def test_without_mpich_launcher_the_flavour_setup_found_on_the_head_is_judged(request_, tmp_path):
+    (tmp_path / "big.bin").write_bytes(b"\0" * (17 * 2**20))
+    request_["lists"]["files"] = ["big.bin"]
+    request_.update(PALS, mpich_launcher="", head_found_launcher="pals", bind_to="socket")
+    assert [problem[:40] for problem in launch_problems(request_)] == [
+        "bind_to is socket, but through Cray PALS"]  # PALS's rule, and no size limit (Ansible copies)
+    request_.update(mpich_launcher="hydra")  # given: it wins over setup's
+    assert "over the 16 MiB" in launch_problems(request_)[0]
+    request_.update(mode="torchrun", mpich_launcher="", bind_to="none", head_mpirun="/usr/bin/mpirun.openmpi")
+    request_["lists"]["files"] = []
+    assert launch_problems(request_) == []  # setup's flavour is no choice of a run without mpiexec
+
+
 def test_open_mpi_modes_refuse_a_head_with_mpich_alone(request_):
     request_.update(head_mpiexec="/usr/bin/mpiexec.hydra", mpich_launcher="hydra")
     problems = launch_problems(request_)

@@ -64,3 +64,22 @@ def test_what_differs_between_launchers_is_said_by_each():
     assert launchers.launcher_named("rank", None) is launchers.OPEN_MPI
     assert (launchers.flavour("mpich", None, "hydra"), launchers.flavour("mpich", "pals", "hydra"),
             launchers.flavour("torchrun", "pals", "hydra")) == ("hydra", "pals", None)
+
+
+def test_what_setup_left_out_on_the_head_is_said_by_the_launcher_that_needs_it():
+    both = {"openmpi_mpirun": "/usr/bin/mpirun.openmpi", "mpich_mpiexec": "/usr/bin/mpiexec.hydra"}
+    assert [launcher.setup_problem("n0", "torchrun", both) for launcher in (
+        launchers.OPEN_MPI, launchers.HYDRA, launchers.PALS)] == [None, None, None]
+    assert launchers.OPEN_MPI.setup_problem("n0", "rank", {"mpich_mpiexec": both["mpich_mpiexec"]}).startswith(
+        "launch_mode=rank runs Open MPI's mpirun, but setup installed MPICH alone on n0")
+    assert launchers.OPEN_MPI.setup_problem("n0", "rank", {}) is None  # the PATH's mpirun, as before setup recorded it
+    assert launchers.HYDRA.setup_problem("n0", "mpich", {"openmpi_mpirun": "/usr/bin/mpirun"}).startswith(
+        "launch_mode=mpich runs MPICH's mpiexec, but setup recorded none on n0")
+
+
+def test_where_the_launchers_keep_output_and_reach_nodes():
+    assert [(launcher.rank_files, launcher.over_ssh, launcher.binds)
+            for launcher in (launchers.OPEN_MPI, launchers.HYDRA, launchers.PALS)] == [
+        (True, True, True), (False, True, True), (False, False, False)]
+    # Before the flavour is checked, mpich mode's is Hydra's: over ssh, as a request names none.
+    assert launchers.launcher_named("mpich", None) is launchers.HYDRA

@@ -20,6 +20,7 @@ import pytest
 from plan_helpers import HOSTFILE, make_plan, node, plan_of, shell_tail
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import launch_plan as lp
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import launchers
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import Node, PlanError
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 
@@ -274,8 +275,8 @@ def test_silent_node_timeout_sets_open_mpis_keepalive(seconds, idle, interval):
     at = argv.index("oob_tcp_keepalive_time")
     assert argv[at - 1:at + 8] == ["--mca", "oob_tcp_keepalive_time", str(idle), "--mca", "oob_tcp_keepalive_intvl",
                                    str(interval), "--mca", "oob_tcp_keepalive_probes", "3"]
-    if seconds >= 2 * lp.KEEPALIVE_PROBES:  # idle time plus the unanswered probes
-        assert idle + lp.KEEPALIVE_PROBES * interval == seconds
+    if seconds >= 2 * launchers.KEEPALIVE_PROBES:  # idle time plus the unanswered probes
+        assert idle + launchers.KEEPALIVE_PROBES * interval == seconds
 
 
 @pytest.mark.parametrize("overrides", [dict(silent_node_timeout=0), dict(mode="mpich")])
