@@ -117,12 +117,27 @@ def render(plan):
         raise RenderError(str(error)) from None
 
 
+def slurm_job(plan) -> tuple[list[str], str]:
+    """(sbatch's argv, the batch script) that the same launch submits under Slurm, by the launch
+    module's own writer (slurm_job.first_job), in the partition given (SLURM_DEFAULTS)."""
+    try:
+        argv, script, _options = module_util("_on_node.slurm_job").first_job(
+            plan, plan.request.slurm_partition, "sbatch", os.path.dirname(plan.hostfile_path))
+    except module_util("_on_node.launch_plan").PlanError as error:
+        raise RenderError(str(error)) from None
+    return argv, script
+
+
 def as_json(plan, rendered, source: str) -> dict:
-    return {"argv": rendered.argv, "command": rendered.command, "hostfile": rendered.hostfile,
-            "nodes": list(rendered.nodes), "head": plan.request.head, "run_id": plan.run_id,
-            "nproc_per_node": plan.request.nproc_per_node or plan.nodes[0].slots if plan.request.mode != "rank" else None,
-            "world_size": rendered.world_size, "mode": plan.request.mode,
-            "env": rendered.display_env, "per_node_env": rendered.per_node_env, "source": source}
+    shown = {"argv": rendered.argv, "command": rendered.command, "hostfile": rendered.hostfile,
+             "nodes": list(rendered.nodes), "head": plan.request.head, "run_id": plan.run_id,
+             "nproc_per_node": plan.request.nproc_per_node or plan.nodes[0].slots if plan.request.mode != "rank" else None,
+             "world_size": rendered.world_size, "mode": plan.request.mode,
+             "env": rendered.display_env, "per_node_env": rendered.per_node_env, "source": source}
+    if plan.request.scheduler == "slurm":  # what runs is sbatch, and the job's script runs the launcher
+        argv, script = slurm_job(plan)
+        shown.update(argv=argv, command=shlex.join(argv), batch_script=script)
+    return shown
 
 
 # What the same launch through torchfleet runs beside this command (the renderer's input differs
@@ -130,6 +145,10 @@ def as_json(plan, rendered, source: str) -> dict:
 SUPERVISED = ("# torchfleet launch runs this command but for: its own run id (unless -e run_id=...), mpirun's ssh "
               "through the launch's ssh masters (ControlPath), torchrun's --tee left off where the head reads the "
               "workers' files, and the ranks' sitecustomize.py on PYTHONPATH (their stacks when the run hangs)")
+# Under Slurm, beside those.
+SLURM_DEFAULTS = ("# under Slurm: sbatch by the head's full path, and the partition Slurm names its default "
+                  "where slurm_partition is not given (the launch asks Slurm on the head); a node left out by "
+                  "--limit is excluded by its Slurm name")
 
 
 def as_text(plan, rendered, source: str) -> str:
@@ -137,6 +156,12 @@ def as_text(plan, rendered, source: str) -> str:
     account: the hostfile written, the launcher's environment exported, then the command."""
     inherited, secret = list(rendered.inherit), list(rendered.secrets)
     directory = os.path.dirname(plan.hostfile_path)
+    if plan.request.scheduler == "slurm":  # the job writes its hostfile and sets the launcher's environment
+        argv, script = slurm_job(plan)
+        return "\n".join([
+            f"# On the head ({plan.request.head}), as the training account: the job's script, then its submission.",
+            f"mkdir -p {shlex.quote(directory)}", f"cat > {shlex.quote(argv[-1])} <<'TORCHFLEET_JOB'",
+            script.rstrip("\n"), "TORCHFLEET_JOB", SUPERVISED, SLURM_DEFAULTS, shlex.join(argv)]) + "\n"
     lines = [f"# On the head ({plan.request.head}), as the training account: the hostfile, the environment, the command.",
              f"mkdir -p {shlex.quote(directory)}",
              f"cat > {shlex.quote(plan.hostfile_path)} <<'EOF'", rendered.hostfile.rstrip("\n"), "EOF"]

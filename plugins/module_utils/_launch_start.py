@@ -53,7 +53,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_nodes i
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_checks import module_refusal
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest, head_reaches_nodes, stored
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_slurm import slurm_job
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_slurm import checked_job
 
 # Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.
 AUTO_PASS = ("PATH", "LD_LIBRARY_PATH")
@@ -322,7 +322,7 @@ def start_run(module, request, control_dir):
     slurm = request.scheduler == "slurm"
     sbatch = script = script_path = batch = None
     if slurm:
-        sbatch, script, script_path, batch = slurm_job(module, plan, run_dir, paths)
+        sbatch, script, script_path, batch = checked_job(module, plan, run_dir)
         result.update(argv=sbatch, command=shlex.join(sbatch), batch_script=script)
     if not module.check_mode:  # held until the supervisor has recorded the run (start_supervisor)
         try:

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,29 @@ def rendered(cluster, fmt, *args):
                         "examples/train.py", "--", *args)
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def test_render_under_slurm_shows_the_job_the_launch_submits(cluster):
+    """`render --json --scheduler slurm`: sbatch's argv and the job's script, as the launch module
+    writes them (slurm_job.first_job); only what render says differs is taken out."""
+    from test_render_is_the_launch import QUICK, SITE
+
+    run_id = f"tf-same-{uuid.uuid4().hex[:8]}"
+    flags = ["--scheduler", "slurm", "-e", "slurm_partition=torchfleet", "-e", f"run_id={run_id}",
+             "-e", "nproc_per_node=2", "--max-restarts", "1"]
+    shown = torchfleet(cluster, "render", TICKER, "--json", *flags, *QUICK)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    rendered = json.loads(shown.stdout)
+    launched = torchfleet(cluster, "launch", TICKER, *flags, *QUICK, timeout=LIMIT)
+    assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
+    plan = json.loads(on(HEAD, "cat", f"{RUNS}/{run_id}/run.json").stdout)
+    script = on(HEAD, "cat", f"{RUNS}/{run_id}/job.sbatch").stdout
+    # sbatch by the head's full path; the ranks' sitecustomize.py, and torchrun's --tee left off
+    # where the head reads the workers' files (dry_run.SUPERVISED, SLURM_DEFAULTS).
+    assert plan["argv"][0].endswith("/sbatch") and plan["argv"][1:] == rendered["argv"][1:], (plan["argv"], rendered)
+    site = re.compile(SITE.pattern.lstrip("^"))
+    assert site.sub("", script) == rendered["batch_script"].replace(" --tee=3", ""), (script, rendered["batch_script"])
+    assert "  --mca plm slurm \\\n" in script and f"#SBATCH --job-name={run_id}\n" in script, script
 
 
 def test_the_rendered_slurm_script_runs_with_sbatch_wait_as_written(cluster):

@@ -9,7 +9,34 @@ import subprocess
 import time
 
 from . import batch_script, slurm
+from .record import LAUNCHER_LOG
 from .renderer import render
+
+JOB_SCRIPT = "job.sbatch"  # the first attempt's, in the run's directory
+
+
+def first_job(plan, partition: str | None, sbatch: str, run_dir: str) -> tuple[list[str], str, dict]:
+    """(sbatch's argv, the batch script, the script's options) of a run under Slurm: `plan` on an
+    allocation of its nodes, in `partition`. One writer for the launch module's job and for
+    `torchfleet render --scheduler slurm`; PlanError where the allocation cannot be rendered."""
+    request = plan.request
+    head = next(node for node in plan.nodes if node.name == request.head)
+    slots = request.nproc_per_node or head.slots
+    allocation = batch_script.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=plan.run_id)
+    rendered = render(allocation)
+    options = {"gpus_per_node": request.slurm_gpus_per_node, "walltime": request.slurm_time_limit,
+               "queue": partition, "account": request.slurm_account, "whole_nodes": request.batch_whole_nodes,
+               "extra_args": list(request.slurm_extra_args)}
+    script = batch_script.batch_script(
+        "slurm", allocation, rendered, nodes=len(plan.nodes), job_name=plan.run_id, fixed_run_id=True,
+        writer=batch_script.MODULE_WRITER, **options)
+    # Named after the run, with torchfleet's comment: `stop` finds it whatever its supervisor's state.
+    # --no-requeue: restarts are the supervisor's (max_restarts, the nodes that answer); a job Slurm
+    # requeued after a node failure would run again behind it, on the failed node's allocation.
+    argv = [sbatch, "--parsable", f"--output={os.path.join(run_dir, LAUNCHER_LOG)}",
+            f"--chdir={request.chdir or run_dir}", f"--comment={slurm.JOB_COMMENT}", "--no-requeue",
+            os.path.join(run_dir, JOB_SCRIPT)]
+    return argv, script, dict(options, slots=slots)
 
 
 class SlurmJob:

@@ -191,3 +191,21 @@ def test_as_text_is_a_script_a_shell_reads_as_it_is(cache):
     assert "# secrets, read from the controller's environment by a launch: export WANDB_API_KEY here first" in lines
     assert lines[-2] == tfplan.SUPERVISED and lines[-1] == rendered.command and text.endswith("\n")
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
+
+
+def test_under_slurm_the_job_the_launch_submits_is_shown(cache):
+    plan, _source = tfplan.build("train.py", ["a b"], {"run_id": "r", "scheduler": "slurm", "slurm_partition": "gpu",
+                                                       "cluster_user_name": "trainer"}, HOSTS, hostvars(), cache)
+    rendered = tfplan.render(plan)
+    data = tfplan.as_json(plan, rendered, "facts")
+    run_dir = "/data/trainer/torchfleet/runs/r"
+    assert data["argv"] == ["sbatch", "--parsable", f"--output={run_dir}/launcher.log",
+                            "--chdir=/data/trainer/torchfleet/scripts", "--comment=torchfleet", "--no-requeue",
+                            f"{run_dir}/job.sbatch"]
+    script = data["batch_script"]
+    assert "#SBATCH --job-name=r\n" in script and "#SBATCH --partition=gpu\n" in script and "run_id=r\n" in script
+    assert "  --mca plm slurm \\\n" in script and "'a b'" in script  # the allocation's launcher, the script's args
+    text = tfplan.as_text(plan, rendered, "facts")
+    assert f"cat > {run_dir}/job.sbatch <<'TORCHFLEET_JOB'\n{script}TORCHFLEET_JOB\n" in text
+    assert text.endswith(f"{tfplan.SLURM_DEFAULTS}\n{data['command']}\n")
+    assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0

@@ -19,11 +19,8 @@ class Refused(Exception):
 
 
 class _Module:
-    def __init__(self, bins=("sbatch", "scontrol"), **params):
+    def __init__(self, bins=("sbatch", "scontrol")):
         self.bins = bins
-        self.params = {"slurm_extra_args": [], "slurm_time_limit": None, "slurm_account": None,
-                       "slurm_partition": None, "slurm_gpus_per_node": None, "batch_whole_nodes": True,
-                       "mode": "torchrun", "chdir": None, **params}
 
     def get_bin_path(self, name, required=False):
         return f"/usr/bin/{name}" if name in self.bins else None
@@ -35,7 +32,6 @@ class _Module:
 PARTITIONS = {"debug": {"PartitionName": "debug", "Default": "YES", "State": "UP", "TotalNodes": "4",
                         "MaxTime": "02:00:00"},
               "gpu": {"PartitionName": "gpu", "Default": "NO", "State": "UP", "TotalNodes": "16", "MaxTime": "UNLIMITED"}}
-PATHS = {"launcher": "/runs/r1/launcher.log"}
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +46,7 @@ def a_plan(mode="torchrun", slots=(4, 4), **changes):
 
 
 def job(module, plan=None):
-    return _launch_slurm.slurm_job(module, plan or a_plan(), "/runs/r1", PATHS)
+    return _launch_slurm.checked_job(module, plan or a_plan(), "/runs/r1")
 
 
 def refusal(module, plan=None):
@@ -73,9 +69,9 @@ def test_the_job_goes_to_the_default_partition_named_after_the_run():
 
 
 def test_the_sites_options_reach_the_script_and_the_restarts_options():
-    module = _Module(slurm_partition="gpu", slurm_time_limit="1-00:00:00", slurm_account="proj_1",
-                     slurm_gpus_per_node=4, batch_whole_nodes=False, slurm_extra_args=("--qos=high",), chdir="/data")
-    argv, script, _path, options = job(module, a_plan(nproc_per_node=2))
+    plan = a_plan(nproc_per_node=2, slurm_partition="gpu", slurm_time_limit="1-00:00:00", slurm_account="proj_1",
+                  slurm_gpus_per_node=4, batch_whole_nodes=False, slurm_extra_args=["--qos=high"], chdir="/data")
+    argv, script, _path, options = job(_Module(), plan)
     assert "--chdir=/data" in argv
     for line in ("--partition=gpu", "--time=1-00:00:00", "--account=proj_1", "--gpus-per-node=4", "--qos=high"):
         assert f"#SBATCH {line}\n" in script
@@ -88,7 +84,7 @@ def test_no_slurm_commands_on_the_head_is_refused():
     assert "has no sbatch and scontrol" in refusal(_Module(bins=("sbatch",)))
 
 
-@pytest.mark.parametrize("params, words", [
+@pytest.mark.parametrize("request_, words", [
     ({"slurm_extra_args": ["--qos=high\n#SBATCH --x"]}, "refusing to submit: slurm_extra_args item"),
     ({"slurm_extra_args": "--qos=high"}, "refusing to submit: slurm_extra_args must be a list"),
     ({"slurm_time_limit": "1h"}, "refusing to submit: slurm_time_limit '1h' is not a Slurm time limit"),
@@ -96,8 +92,8 @@ def test_no_slurm_commands_on_the_head_is_refused():
     ({"slurm_partition": "cpu"}, "refusing to submit: Slurm has no partition 'cpu' (it has debug, gpu)"),
     ({"slurm_time_limit": "03:00:00"}, "above partition debug's limit 02:00:00"),
 ])
-def test_what_slurm_would_refuse_is_refused_first(params, words):
-    assert words in refusal(_Module(**params))
+def test_what_slurm_would_refuse_is_refused_first(request_, words):
+    assert words in refusal(_Module(), a_plan(**request_))
 
 
 def test_a_partition_too_small_or_slurm_unreachable_is_refused(monkeypatch):
@@ -110,8 +106,8 @@ def test_a_partition_too_small_or_slurm_unreachable_is_refused(monkeypatch):
 
 
 def test_rank_mode_needs_the_same_slots_on_every_node():
-    assert "these nodes' slots differ; set nproc_per_node" in refusal(_Module(mode="rank"), a_plan("rank", (4, 2)))
-    _argv, _script, _path, options = job(_Module(mode="rank"), a_plan("rank", (2, 2)))
+    assert "these nodes' slots differ; set nproc_per_node" in refusal(_Module(), a_plan("rank", (4, 2)))
+    _argv, _script, _path, options = job(_Module(), a_plan("rank", (2, 2)))
     assert options["slots"] == 2
     # torchrun mode: the head's slots, whatever the others'
     assert job(_Module(), a_plan(slots=(8, 2)))[3]["slots"] == 8
