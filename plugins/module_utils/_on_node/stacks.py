@@ -106,9 +106,10 @@ def take(run_id: str, run_dir: str, attempt: int, wait: float = DUMP_WAIT) -> di
     recorder in short (collectives_summary), "entered": {process group: its newest collective}}}
     of the attempt's ranks on this node: each process that armed the handler for the run (its file
     names it, its environment says the run) is signalled and asked for its flight recorder, and
-    its files read after `wait` s. The whole dump stays beside the stacks, on this node."""
+    its files read once each has written both, or after `wait` s. The whole dump stays beside the
+    stacks, on this node."""
     where = os.path.join(run_dir, STACKS_DIR, f"attempt_{attempt}")
-    signalled = {}
+    signalled, before = {}, {}
     for path in sorted(glob.glob(os.path.join(glob.escape(where), "rank_*.txt"))):
         found = _FILE.search(path)
         if not found or os.path.islink(path):
@@ -119,13 +120,17 @@ def take(run_id: str, run_dir: str, attempt: int, wait: float = DUMP_WAIT) -> di
                 environ = handle.read().split(b"\0")
             if f"TORCHFLEET_RUN_ID={run_id}".encode() not in environ:
                 continue  # gone, and its pid another process's now
+            stem = path[:-len(".txt")]
+            before[stem] = (os.lstat(path).st_size, _inode(stem + ".collectives.json"))
             os.kill(pid, STACK_SIGNAL)
         except OSError:
             continue
-        signalled[int(found.group(1))] = path[:-len(".txt")]
-        _ask_flight_recorder(path[:-len(".txt")] + ".fr")
-    if signalled:
-        time.sleep(wait)
+        signalled[int(found.group(1))] = stem
+        _ask_flight_recorder(stem + ".fr")
+    deadline = time.monotonic() + wait
+    while signalled and time.monotonic() < deadline and not all(
+            _written(stem, *before[stem]) for stem in signalled.values()):
+        time.sleep(0.05)
     taken: dict[int, dict] = {}
     for rank, stem in signalled.items():
         try:
@@ -135,6 +140,23 @@ def take(run_id: str, run_dir: str, attempt: int, wait: float = DUMP_WAIT) -> di
         collectives, entered = collectives_summary(_read_json(stem + ".collectives.json"))
         taken[rank] = {"stacks": text, "collectives": collectives, "entered": entered}
     return taken
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.lstat(path).st_ino
+    except OSError:
+        return None
+
+
+def _written(stem: str, stack_size: int, dump_inode: int | None) -> bool:
+    """Whether a rank wrote its stacks and its flight recorder's dump since it was asked: the one
+    grew, the other is a new file (the recorder writes it whole, os.replace)."""
+    try:
+        grew = os.lstat(stem + ".txt").st_size > stack_size
+    except OSError:
+        return False
+    return grew and _inode(stem + ".collectives.json") not in (None, dump_inode)
 
 
 def read_regular(path: str, limit: int) -> bytes:

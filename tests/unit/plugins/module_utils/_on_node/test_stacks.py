@@ -45,7 +45,7 @@ def _rank(run_dir, rank, run_id="r1", restart=None, with_torch=False):
 def test_a_rank_blocked_in_c_gives_every_threads_stack_and_its_own_function_on_top(tmp_path):
     ranks = [_rank(tmp_path, 2), _rank(tmp_path, 5, run_id="another-run")]
     try:
-        taken = stacks.take("r1", str(tmp_path), 0, wait=0.5)
+        taken = stacks.take("r1", str(tmp_path), 0, wait=30)
         assert list(taken) == [2], taken  # the other run's process is not this run's
         text = taken[2]["stacks"]
         assert "most recent call first" in text and "in stuck_in_my_own_function" in text, text
@@ -63,7 +63,7 @@ def test_a_rank_blocked_in_c_gives_every_threads_stack_and_its_own_function_on_t
 def test_a_ranks_flight_recorder_is_dumped_beside_its_stacks_and_summed_up(tmp_path):
     rank = _rank(tmp_path, 3, with_torch=True)
     try:
-        taken = stacks.take("r1", str(tmp_path), 0, wait=0.5)
+        taken = stacks.take("r1", str(tmp_path), 0, wait=30)
         assert taken[3]["entered"] == {"0": 20}, taken
         assert taken[3]["collectives"].splitlines() == [
             "torch's flight recorder (_dump_fr_trace_json, 1 entries):",
@@ -71,7 +71,7 @@ def test_a_ranks_flight_recorder_is_dumped_beside_its_stacks_and_summed_up(tmp_p
             "    newest: #20 gloo:all_reduce, scheduled, sizes [[1]]"], taken[3]["collectives"]
         kept = json.loads((tmp_path / "stacks" / "attempt_0" / f"rank_3.{rank.pid}.collectives.json").read_text())
         assert kept["_dump_fr_trace_json"]["entries"][0]["collective_seq_id"] == 20  # the whole dump, on the node
-        assert stacks.take("r1", str(tmp_path), 0, wait=0.5)[3]["entered"] == {"0": 20}  # asked again, dumped again
+        assert stacks.take("r1", str(tmp_path), 0, wait=30)[3]["entered"] == {"0": 20}  # asked again, dumped again
         assert rank.poll() is None
     finally:
         rank.kill()
