@@ -22,14 +22,10 @@ def first_job(plan, partition: str | None, sbatch: str, run_dir: str) -> tuple[l
     request = plan.request
     head = next(node for node in plan.nodes if node.name == request.head)
     slots = request.nproc_per_node or head.slots
-    allocation = batch_script.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=plan.run_id)
-    rendered = render(allocation)
     options = {"gpus_per_node": request.slurm_gpus_per_node, "walltime": request.slurm_time_limit,
                "queue": partition, "account": request.slurm_account, "whole_nodes": request.batch_whole_nodes,
                "extra_args": list(request.slurm_extra_args)}
-    script = batch_script.batch_script(
-        "slurm", allocation, rendered, nodes=len(plan.nodes), job_name=plan.run_id, fixed_run_id=True,
-        writer=batch_script.MODULE_WRITER, **options)
+    script = job_script(plan, slots, plan.run_id, options)
     # Named after the run, with torchfleet's comment: `stop` finds it whatever its supervisor's state.
     # --no-requeue: restarts are the supervisor's (max_restarts, the nodes that answer); a job Slurm
     # requeued after a node failure would run again behind it, on the failed node's allocation.
@@ -37,6 +33,15 @@ def first_job(plan, partition: str | None, sbatch: str, run_dir: str) -> tuple[l
             f"--chdir={request.chdir or run_dir}", f"--comment={slurm.JOB_COMMENT}", "--no-requeue",
             os.path.join(run_dir, JOB_SCRIPT)]
     return argv, script, dict(options, slots=slots)
+
+
+def job_script(plan, slots: int, run_id: str, options: dict) -> str:
+    """The batch script of a run's job: `plan` on an allocation of its nodes, `slots` each, the
+    script's header from `options` (batch_script.batch_script's)."""
+    allocation = batch_script.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=run_id)
+    return batch_script.batch_script("slurm", allocation, render(allocation), nodes=len(plan.nodes),
+                                     job_name=run_id, fixed_run_id=True, writer=batch_script.MODULE_WRITER,
+                                     **options)
 
 
 class SlurmJob:
@@ -133,13 +138,10 @@ def next_job(run, attempt: int, plan, left_out: list) -> list:
     # out: sbatch's own --exclude below, for the lost nodes, would override the header's.
     given = [arg for arg in options.get("extra_args", []) if arg.startswith("--exclude=")]
     options["extra_args"] = [arg for arg in options.get("extra_args", []) if arg not in given]
-    allocation = batch_script.for_allocation(plan, "slurm", len(plan.nodes), slots, run_id=run.plan.run_id)
-    rendered = render(allocation)
+    script = job_script(plan, slots, run.plan.run_id, options)
     path = os.path.join(run.run_dir, f"job.{attempt}.sbatch")
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write(batch_script.batch_script("slurm", allocation, rendered, nodes=len(plan.nodes),
-                                               job_name=run.plan.run_id, fixed_run_id=True,
-                                               writer=batch_script.MODULE_WRITER, **options))
+        handle.write(script)
     # Each a Slurm hostlist (node[1-3] included): joined by ',' as --exclude takes several.
     excluded = [arg.split("=", 1)[1] for arg in given] + sorted(
         run.slurm_names[name] for name in left_out if name in run.slurm_names)
