@@ -30,7 +30,7 @@ demo: $(BIN)/torchfleet
 check: unit
 	$(BIN)/python tests/lint/role_defaults.py
 	$(BIN)/python tools/write_launch_options.py --check
-	$(BIN)/mypy -p ansible_collections.torchfleet.cluster.plugins.module_utils -p torchfleet
+	$(BIN)/mypy -p ansible_collections.torchfleet.cluster.plugins.module_utils -p ansible_collections.torchfleet.cluster.plugins.plugin_utils -p torchfleet
 
 # Every test: `make check` first (its unit tests start processes of runs on this machine, where
 # test_torchrun_launch_local's launches would find them alive and refuse to start), then lint,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 CHECKOUT = PACKAGE.parent
-MODULE_UTILS = "ansible_collections.torchfleet.cluster.plugins.module_utils"
+PLUGINS = "ansible_collections.torchfleet.cluster.plugins"
 
 
 def checkout() -> Path | None:
@@ -38,9 +38,16 @@ def collection_root() -> Path:
 
 
 def module_util(name: str):
-    """One of the collection's pure module_utils (`_on_node.renderer`, `_hostfile`), imported by name."""
+    """One of the collection's module_utils that the controller shares with the module and the
+    head (`_launch_options`, `_on_node.renderer`), imported by name."""
     _make_importable()
-    return importlib.import_module(f"{MODULE_UTILS}.{name}")
+    return importlib.import_module(f"{PLUGINS}.module_utils.{name}")
+
+
+def plugin_util(name: str):
+    """One of the collection's plugin_utils, the controller's own code (`_hostfile`), by name."""
+    _make_importable()
+    return importlib.import_module(f"{PLUGINS}.plugin_utils.{name}")
 
 
 def _make_importable() -> None:

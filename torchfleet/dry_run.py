@@ -17,7 +17,7 @@ from torchfleet.inventory import head_name, read_facts
 
 
 def as_bool(value) -> bool:
-    return module_util("_launch_request").truthy(value)
+    return module_util("_launch_resolution").truthy(value)
 
 
 def _as_int(value, what: str) -> int:
@@ -35,7 +35,7 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
     """(Plan, source) through the launch's own request and plan_for(); `source` is "facts" or "inventory".
 
     With batch_nodes the nodes are placeholders filled in at run time (see _on_node/batch_script.py)."""
-    lp, lr = module_util("_on_node.launch_plan"), module_util("_launch_request")
+    lp, lr = module_util("_on_node.launch_plan"), module_util("_launch_resolution")
     first = hostvars.get(hosts[0], {}) if hosts else {}
     head = head_name(hosts, hostvars, extra)
     # As launch.yml takes them: -e over the inventory's variables (a hostfile's slots among them).

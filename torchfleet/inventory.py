@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from torchfleet.collection import module_util
+from torchfleet.collection import module_util, plugin_util
 from torchfleet.extra_vars import RenderError, parse_extra_vars
 
 
@@ -32,7 +32,7 @@ def inventory_paths(given: list[str], scratch: Path) -> list[str]:
     if not given:
         raise InventoryError("no inventory: give -i PATH (an Ansible inventory or an MPI/PBS/Slurm "
                              "hostfile), or run from a directory with inventory/")
-    hostfile = module_util("_hostfile")
+    hostfile = plugin_util("_hostfile")
     result = []
     for number, path in enumerate(given):
         if not Path(path).exists():
@@ -147,7 +147,7 @@ def head_account(hosts: list[str], hostvars: dict, extra: dict, group: str = "cl
     user = str(extra.get("cluster_user_name") or first.get("cluster_user_name") or "torchfleet")
     workdir = str(extra.get("cluster_user_workdir") or first.get("cluster_user_workdir") or "~/torchfleet")
     # As the launch takes it (launch_log_dir or log_dir, -e over the inventory), else the role's default.
-    given = module_util("_launch_request").from_variables(
+    given = module_util("_launch_resolution").from_variables(
         {key: value for key, value in {**first, **extra}.items() if key in ("launch_log_dir", "log_dir")}
     ).get("log_dir")
     log_dir = str(given or workdir + "/runs")

@@ -33,7 +33,7 @@ _value:
 # Imported when the filter runs, not with this file: to find one filter of the collection,
 # Ansible loads every filter file, in each task's worker, and compiles what they import.
 def doctor_line(*args, **kwargs):
-    from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import doctor_line as doctor_line_
+    from ansible_collections.torchfleet.cluster.plugins.plugin_utils._doctor import doctor_line as doctor_line_
 
     return doctor_line_(*args, **kwargs)
 

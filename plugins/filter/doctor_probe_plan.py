@@ -51,7 +51,7 @@ _value:
 # Imported when the filter runs, not with this file: to find one filter of the collection,
 # Ansible loads every filter file, in each task's worker, and compiles what they import.
 def doctor_probe_plan(*args, **kwargs):
-    from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import probe_plan as probe_plan_
+    from ansible_collections.torchfleet.cluster.plugins.plugin_utils._doctor import probe_plan as probe_plan_
 
     return probe_plan_(*args, **kwargs)
 

@@ -57,7 +57,7 @@ _value:
 # Imported when the filter runs, not with this file: to find one filter of the collection,
 # Ansible loads every filter file, in each task's worker, and compiles what they import.
 def doctor_results(raws, *args, **kwargs):
-    from ansible_collections.torchfleet.cluster.plugins.module_utils import _doctor
+    from ansible_collections.torchfleet.cluster.plugins.plugin_utils import _doctor
 
     # The options and their defaults are _doctor.doctor_results's, documented above.
     try:

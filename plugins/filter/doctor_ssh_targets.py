@@ -39,7 +39,7 @@ _value:
 # Imported when the filter runs, not with this file: to find one filter of the collection,
 # Ansible loads every filter file, in each task's worker, and compiles what they import.
 def doctor_ssh_targets(*args, **kwargs):
-    from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import ssh_targets as ssh_targets_
+    from ansible_collections.torchfleet.cluster.plugins.plugin_utils._doctor import ssh_targets as ssh_targets_
 
     return ssh_targets_(*args, **kwargs)
 

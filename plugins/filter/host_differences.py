@@ -43,7 +43,7 @@ _value:
 # Imported when the filter runs, not with this file: to find one filter of the collection,
 # Ansible loads every filter file, in each task's worker, and compiles what they import.
 def host_differences(values_by_host):
-    from ansible_collections.torchfleet.cluster.plugins.module_utils import _host_differences
+    from ansible_collections.torchfleet.cluster.plugins.plugin_utils import _host_differences
 
     try:
         return _host_differences.host_differences(values_by_host)

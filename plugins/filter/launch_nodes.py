@@ -40,7 +40,7 @@ _value:
 # Imported when the filter runs, not with this file: to find one filter of the collection,
 # Ansible loads every filter file, in each task's worker, and compiles what they import.
 def launch_nodes(*args, **kwargs):
-    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import launch_nodes as launch_nodes_
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_resolution import launch_nodes as launch_nodes_
 
     return launch_nodes_(*args, **kwargs)
 

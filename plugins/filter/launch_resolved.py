@@ -59,7 +59,7 @@ _value:
 
 # Imported when the filter runs, not with this file (see launch_nodes.py).
 def launch_resolved(*args, **kwargs):
-    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import resolved
+    from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_resolution import resolved
 
     return resolved(*args, **kwargs)
 

@@ -101,7 +101,7 @@ from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Constructable
 from ansible.utils.vars import combine_vars
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._hostfile import (
+from ansible_collections.torchfleet.cluster.plugins.plugin_utils._hostfile import (
     HostfileError,
     host_vars,
     parse_hostfile,

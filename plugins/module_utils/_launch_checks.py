@@ -24,7 +24,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import (
     choice_problem, flavour, launcher_named)
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.plan_checks import torchrun_args_problem
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import truthy
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_resolution import truthy
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.liveness import SILENT_AFTER
 
 EXAMPLE_LISTS = {option.name: list(option.example) for option in OPTIONS if option.example}

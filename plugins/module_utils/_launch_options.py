@@ -7,7 +7,7 @@ _launch_option_schema.py).
 From it come the module's and the role's specs, the module's documentation, run.yml's arguments
 and launch.yml's names (_launch_option_specs.py; ``tools/write_launch_options.py`` writes the
 files, and ``make lint`` fails when they are out of date), and the typed launch request
-(_launch_request.LaunchRequest: a field per module option, at its default). The checks are in
+(_launch_resolution.LaunchRequest: a field per module option, at its default). The checks are in
 _launch_checks.py.
 
 Standard library only: the CLI imports this file outside Ansible.
@@ -57,7 +57,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("script", "path", "The training script (on the controller; on the nodes with shared_storage).",
            role_type="str", role_default="", short="script",
            module_doc="The training script's path on the nodes. Required with O(state=started).",
-           module_value="{{ _launch_resolved.script }}"),  # run.yml's task variable: _launch_request.resolved
+           module_value="{{ _launch_resolved.script }}"),  # run.yml's task variable: _launch_resolution.resolved
     Option("script_args", "list", "Arguments passed to every rank exactly as given.", default=[],
            elements="str", short="script_args",
            module_doc="Arguments for the script; they reach it on every rank exactly as given.", example=("--epochs", "3")),

@@ -46,13 +46,13 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch
     plan_for,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_nodes import (
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_probes import (
     preflight_nodes,
     ranks_started,
     send_files,
 )
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_checks import module_refusal
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest, head_reaches_nodes, stored
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_resolution import LaunchRequest, head_reaches_nodes, stored
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_slurm import checked_job
 
 # Always forwarded when set: the ranks need the launcher's programs, libraries and NCCL tuning.

@@ -9,9 +9,9 @@ import shutil
 import stat
 import time
 
-from ._on_node.launch_plan import RUN_ID
-from ._on_node.processes import find_run_processes
-from ._on_node.record import ENDED, read_state, unindex_run
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import RUN_ID
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.processes import find_run_processes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import ENDED, read_state, unindex_run
 
 
 def prunable(records, keep: int | None = None, older_than_days: float | None = None,

@@ -3,7 +3,7 @@ is rendered with a run id, then launched with the same flags and run id, and the
 and hostfile are compared with those the run recorded (run.json, RUN_DIR/hostfile on the head).
 Only what `render` says differs (dry_run.SUPERVISED) is taken out first.
 
-Both take the head's tools from one function (_launch_request.resolved: the launch role's
+Both take the head's tools from one function (_launch_resolution.resolved: the launch role's
 filter launch_resolved, and render's call), and the nodes from one (launch_nodes).
 MPICH's Hydra is compared in test_mpich_cluster.py, where it is installed.
 """

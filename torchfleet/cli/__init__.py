@@ -73,6 +73,6 @@ def ask_passwords(args: argparse.Namespace) -> None:
 
 
 def hostfile_error_class():
-    from torchfleet.collection import module_util
+    from torchfleet.collection import plugin_util
 
-    return module_util("_hostfile").HostfileError
+    return plugin_util("_hostfile").HostfileError

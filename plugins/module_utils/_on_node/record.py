@@ -156,7 +156,7 @@ class OlderPlan(ValueError):
 @dataclass
 class SupervisorPlan:
     """What the launch module tells a run's supervisor to do (run.json, no secret in it): the
-    launch request (`request`, every module option, as _launch_request.stored keeps it; read back,
+    launch request (`request`, every module option, as _launch_resolution.stored keeps it; read back,
     its options are attributes: plan.request.max_restarts) and what the launch resolved for it."""
     run_id: str
     request: LaunchRequest  # redacted: no secret's value, no file's contents

@@ -56,13 +56,15 @@ def test_state_home_follows_xdg_else_the_home(monkeypatch, tmp_path):
     assert collection.state_home() == tmp_path / "home/.local/state/torchfleet"
 
 
-def test_module_util_imports_the_collections_module_once_on_the_path(monkeypatch):
+def test_plugin_and_module_utils_import_the_collections_modules_once_on_the_path(monkeypatch):
     monkeypatch.setattr(sys, "path", [entry for entry in sys.path if entry != str(REPO / ".collections")])
-    hostfile = collection.module_util("_hostfile")
-    assert hostfile.__name__ == "ansible_collections.torchfleet.cluster.plugins.module_utils._hostfile"
+    hostfile = collection.plugin_util("_hostfile")
+    assert hostfile.__name__ == "ansible_collections.torchfleet.cluster.plugins.plugin_utils._hostfile"
     assert sys.path[0] == str(REPO / ".collections")
-    assert Path(hostfile.__file__).resolve().is_relative_to(REPO / "plugins/module_utils")
-    assert collection.module_util("_hostfile") is hostfile
+    assert Path(hostfile.__file__).resolve().is_relative_to(REPO / "plugins/plugin_utils")
+    assert collection.plugin_util("_hostfile") is hostfile
+    options = collection.module_util("_launch_options")
+    assert Path(options.__file__).resolve().is_relative_to(REPO / "plugins/module_utils")
     assert sys.path.count(str(REPO / ".collections")) == 1
 
 

@@ -5,7 +5,7 @@ from dataclasses import fields
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import SupervisorPlan
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest, stored
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_resolution import LaunchRequest, stored
 
 PLAN_FIELDS = {item.name for item in fields(SupervisorPlan)}
 

@@ -4,7 +4,7 @@
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_checks as lc
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_resolution import LaunchRequest
 
 
 def test_the_module_refuses_what_slurm_cannot_run():

@@ -12,7 +12,7 @@ import pytest
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_start as start, _on_node
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import RESERVED_ENV, Node
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
-from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_request import LaunchRequest
+from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_resolution import LaunchRequest
 from plan_helpers import plan_of
 
 

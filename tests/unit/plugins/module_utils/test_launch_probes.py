@@ -1,4 +1,4 @@
-"""_launch_nodes.py: the launch module's questions to the nodes before a start (preflight), the
+"""_launch_probes.py: the launch module's questions to the nodes before a start (preflight), the
 files it sends them, and whether a started run's ranks run everywhere. The nodes' answers are
 canned (probe_nodes and nodes_without_ranks are stand-ins); what is tested is what the launch makes
 of them: which start it refuses, and how it says so."""
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_nodes as launch_nodes
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_probes as launch_probes
 
 
 class Refused(Exception):
@@ -52,58 +52,58 @@ def answer(**changes):
 # --- the head's address, port and run id -------------------------------------------------------
 
 def test_holds_address_tells_this_machines_addresses_from_others(monkeypatch):
-    assert launch_nodes.holds_address("127.0.0.1") is True
-    assert launch_nodes.holds_address("192.0.2.1") is False  # TEST-NET-1: never this machine's
+    assert launch_probes.holds_address("127.0.0.1") is True
+    assert launch_probes.holds_address("192.0.2.1") is False  # TEST-NET-1: never this machine's
 
     def unknown(*args, **kwargs):
         raise socket.gaierror("Name or service not known")
-    monkeypatch.setattr(launch_nodes.socket, "getaddrinfo", unknown)
-    assert launch_nodes.holds_address("no-such-node") is False
+    monkeypatch.setattr(launch_probes.socket, "getaddrinfo", unknown)
+    assert launch_probes.holds_address("no-such-node") is False
 
 
 @pytest.fixture
 def head_state(monkeypatch):
     state = SimpleNamespace(address=True, in_use=False, holders=[])
-    monkeypatch.setattr(launch_nodes, "holds_address", lambda address: state.address)
-    monkeypatch.setattr(launch_nodes, "port_in_use", lambda port: state.in_use)
-    monkeypatch.setattr(launch_nodes, "port_holders", lambda port: state.holders)
+    monkeypatch.setattr(launch_probes, "holds_address", lambda address: state.address)
+    monkeypatch.setattr(launch_probes, "port_in_use", lambda port: state.in_use)
+    monkeypatch.setattr(launch_probes, "port_holders", lambda port: state.holders)
     return state
 
 
 def test_head_preflight_passes_a_free_head(head_state, tmp_path):
-    launch_nodes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
+    launch_probes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
 
 
 def test_head_preflight_refuses_a_machine_without_the_heads_address(head_state, tmp_path):
     head_state.address = False
     with pytest.raises(Refused, match=r"does not have the head's address 10.0.0.1 \(n0\).*delegate_to: n0"):
-        launch_nodes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
+        launch_probes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
 
 
 def test_head_preflight_refuses_a_taken_port_naming_its_holders_but_not_under_slurm(head_state, tmp_path):
     head_state.in_use, head_state.holders = True, ["pid 7 (python3 -m http.server)", "pid 8 (x)"]
     with pytest.raises(Refused) as refused:
-        launch_nodes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
+        launch_probes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
     assert ("rendezvous port 29500 is already in use on the head n0 by pid 7 (python3 -m http.server), pid 8 (x)"
             in refused.value.result["msg"])
     assert refused.value.result["port_holders"] == head_state.holders
     head_state.holders = []
     with pytest.raises(Refused, match="already in use on the head n0; choose another port"):
-        launch_nodes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
-    launch_nodes.head_preflight(_Module(scheduler="slurm"), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
+        launch_probes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
+    launch_probes.head_preflight(_Module(scheduler="slurm"), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
 
 
 def test_head_preflight_refuses_a_run_id_used_before_even_as_a_dangling_link(head_state, tmp_path):
     (tmp_path / "r1").symlink_to(tmp_path / "gone")
     with pytest.raises(Refused, match="already exists: run id r1 was used before"):
-        launch_nodes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
+        launch_probes.head_preflight(_Module(), PLAN, str(tmp_path / "r1"), PLAN.nodes[0])
 
 
 def test_others_listed_groups_by_account_and_run():
     others = [{"node": "n1", "run_id": "b", "account": "ann", "state": "running", "started": "10:00", "world_size": 8},
               {"node": "n0", "run_id": "a", "account": "bob", "state": "starting"},
               {"node": "n2", "run_id": "b", "account": "ann", "state": "running", "started": "10:00", "world_size": 8}]
-    assert launch_nodes.others_listed(others) == (
+    assert launch_probes.others_listed(others) == (
         "run b of account ann (running, started 10:00, world size 8) on n1, n2; "
         "run a of account bob (starting, started ?, world size ?) on n0")
 
@@ -119,13 +119,13 @@ def nodes(monkeypatch):
         state.asked.append({"nodes": [n.name for n in nodes], "head": head, "ssh": ssh, "python": python,
                             "requests": requests, "control_dir": control_dir})
         return {n.name: state.answers[n.name] for n in nodes}
-    monkeypatch.setattr(launch_nodes, "probe_nodes", probe_nodes)
-    monkeypatch.setattr(launch_nodes, "head_preflight", lambda module, plan, run_dir, head: state.head.append(head.name))
+    monkeypatch.setattr(launch_probes, "probe_nodes", probe_nodes)
+    monkeypatch.setattr(launch_probes, "head_preflight", lambda module, plan, run_dir, head: state.head.append(head.name))
     return state
 
 
 def preflight(module, **kwargs):
-    return launch_nodes.preflight_nodes(module, PLAN, "/runs/r1", {"/s/train.py": "abc"}, **kwargs)
+    return launch_probes.preflight_nodes(module, PLAN, "/runs/r1", {"/s/train.py": "abc"}, **kwargs)
 
 
 def test_a_clean_cluster_passes_and_names_the_stale_files(nodes):
@@ -234,19 +234,19 @@ def test_a_drifted_environment_is_refused_naming_each_node(nodes):
 
 def test_send_files_writes_only_what_each_node_lacks(nodes):
     module = _Module()
-    launch_nodes.send_files(module, PLAN, {"/a": "QQ==", "/b": "Qg=="}, {"n1": ["/a", "/b"], "n2": ["/b"]}, control_dir="/c")
+    launch_probes.send_files(module, PLAN, {"/a": "QQ==", "/b": "Qg=="}, {"n1": ["/a", "/b"], "n2": ["/b"]}, control_dir="/c")
     (asked,) = nodes.asked
     assert asked["nodes"] == ["n1", "n2"] and asked["control_dir"] == "/c"
     assert asked["requests"] == {"n1": {"write": {"/a": "QQ==", "/b": "Qg=="}}, "n2": {"write": {"/b": "Qg=="}}}
     assert module.bins == [("ssh", True)]
-    launch_nodes.send_files(module, PLAN, {"/a": "QQ=="}, {"n0": ["/a"]})
+    launch_probes.send_files(module, PLAN, {"/a": "QQ=="}, {"n0": ["/a"]})
     assert module.bins[-1] == ("ssh", False)  # the head alone: no ssh
 
 
 def test_send_files_that_fail_refuse_the_start(nodes):
     nodes.answers["n2"] = {"error": "Permission denied"}
     with pytest.raises(Refused) as refused:
-        launch_nodes.send_files(_Module(), PLAN, {"/a": "QQ=="}, {"n1": ["/a"], "n2": ["/a"]})
+        launch_probes.send_files(_Module(), PLAN, {"/a": "QQ=="}, {"n1": ["/a"], "n2": ["/a"]})
     assert refused.value.result["msg"] == "could not put the script's files on n2: Permission denied; nothing was started"
     assert refused.value.result["stale_files"] == {"n1": ["/a"], "n2": ["/a"]}
 
@@ -262,9 +262,9 @@ def test_ranks_started_asks_the_nodes_of_the_attempt(monkeypatch, params, record
     def nodes_without_ranks(nodes, head, ssh, python, run_id, launchers, control_dir=None):
         seen.update(nodes=[n.name for n in nodes], run_id=run_id, launchers=launchers, control_dir=control_dir)
         return seen.get("without", [])
-    monkeypatch.setattr(launch_nodes, "nodes_without_ranks", nodes_without_ranks)
+    monkeypatch.setattr(launch_probes, "nodes_without_ranks", nodes_without_ranks)
     record = SimpleNamespace(nodes=record_nodes, supervisor_pid=40, launcher_pid=41)
-    assert launch_nodes.ranks_started(_Module(**params), PLAN, record, "/c") is True
+    assert launch_probes.ranks_started(_Module(**params), PLAN, record, "/c") is True
     assert seen == {"nodes": asked, "run_id": "r1", "launchers": {40, 41}, "control_dir": "/c"}
     seen["without"] = ["n1"]
-    assert launch_nodes.ranks_started(_Module(**params), PLAN, record, "/c") is False
+    assert launch_probes.ranks_started(_Module(**params), PLAN, record, "/c") is False

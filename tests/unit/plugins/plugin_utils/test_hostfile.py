@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._hostfile import (
+from ansible_collections.torchfleet.cluster.plugins.plugin_utils._hostfile import (
     Host,
     HostfileError,
     detect_format,

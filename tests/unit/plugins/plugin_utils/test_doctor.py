@@ -3,7 +3,7 @@
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._doctor import (
+from ansible_collections.torchfleet.cluster.plugins.plugin_utils._doctor import (
     analyse_interfaces, common_interfaces, doctor_results, known_hosts_block, probe_plan, ssh_problem,
     ssh_targets)
 from torchfleet.cli import doctor

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils._host_differences import host_differences
+from ansible_collections.torchfleet.cluster.plugins.plugin_utils._host_differences import host_differences
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT
 
 

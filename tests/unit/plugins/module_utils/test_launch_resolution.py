@@ -1,12 +1,12 @@
 """The one launch request: variables typed, defaults filled once, what run.json keeps of it
-(module_utils/_launch_request.py); its plan: _on_node/test_launch_plan.py."""
+(module_utils/_launch_resolution.py); its plan: _on_node/test_launch_plan.py."""
 
 import dataclasses
 import json
 
 import pytest
 
-from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_request as lr
+from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_resolution as lr
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT, Node, plan_for
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.renderer import render
 

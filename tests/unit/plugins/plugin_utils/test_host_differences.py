@@ -5,7 +5,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.torchfleet.cluster.plugins.filter.host_differences import FilterModule
-from ansible_collections.torchfleet.cluster.plugins.module_utils._host_differences import host_differences
+from ansible_collections.torchfleet.cluster.plugins.plugin_utils._host_differences import host_differences
 
 
 def test_host_differences_name_nodes_and_packages():
