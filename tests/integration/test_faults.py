@@ -37,6 +37,7 @@ from torchfleet.devcluster import DOMAIN
 pytestmark = pytest.mark.cluster
 NETWORK = f"tf-{NAME}"
 RUNS = "/home/torchfleet/torchfleet/runs"  # the training account's log_dir on every node
+BOARD = "/var/lib/torchfleet/board"  # the run board on every node (setup's)
 # A run that trains until stopped (1000 epochs of 5 steps, 0.8 s asleep after every step), one worker per node.
 LONG_RUN = ["-e", "script=examples/train.py", "-e", "nproc_per_node=1", "-e",
             json.dumps({"script_args": ["--use-syn", "--epochs", "1000", "--steps-per-epoch", "5", "--sleep", "0.8", "--no-wandb",
@@ -174,6 +175,16 @@ def restore(cluster):
         assert rc == 0, output[-3000:]
         # Open MPI's daemons carry no run id; they go when their mpirun is gone.
         wait_until(lambda: not any(left_on(node) for node in NODES), 60, "no run left on any node")
+    # A launch that lost a node before it could withdraw its board entry there leaves the entry
+    # counting for board.STARTING_FOR (180 s) once the node is back, and the next test file on
+    # this cluster (test_team_cluster, another account's launch) would be refused naming it. No
+    # run of the account is left on any node, so each of its entries is dead: it removes them.
+    for node in NODES:
+        result = docker("exec", "-u", "torchfleet", node, "find", BOARD, "-maxdepth", "1", "-user", "torchfleet",
+                        "-name", "*.json", "-print", "-delete")
+        assert result.returncode == 0, result.stderr
+        if result.stdout.strip():
+            print(f"restore: removed the board entries left on {node}: {result.stdout.split()}")
 
 
 def reconnect(node, index):
