@@ -3,6 +3,7 @@
 import json
 import os
 import statistics
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,29 @@ class FileWhenOneTestIsLeft(LoadFileScheduling):
 def pytest_xdist_make_scheduler(config, log):
     """`make unit`'s --dist loadfile; any other mode keeps pytest-xdist's scheduler (None)."""
     return FileWhenOneTestIsLeft(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+# {test file: [seconds of its tests' phases, the workers that ran them]}, for the summary below.
+FILE_SECONDS: dict = defaultdict(lambda: [0.0, set()])
+
+
+def pytest_runtest_logreport(report):
+    """Every test phase's seconds, on the controller (pytest-xdist passes the workers' reports on)."""
+    spent = FILE_SECONDS[report.nodeid.split("::")[0]]
+    spent[0] += report.duration
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    if worker is not None:
+        spent[1].add(worker.id)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Seconds a file took on its worker, the longest first: how the workers' loads compare, and
+    what to measure again when the order of the files above runs one worker alone at the end."""
+    if not FILE_SECONDS:
+        return
+    terminalreporter.section("seconds per test file")
+    for name, (seconds, workers) in sorted(FILE_SECONDS.items(), key=lambda entry: -entry[1][0]):
+        terminalreporter.write_line(f"{seconds:8.1f}  {','.join(sorted(workers)) or '-':8}  {name}")
 
 
 def uses_the_session_cluster(item):
