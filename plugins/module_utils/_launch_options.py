@@ -6,8 +6,8 @@ _launch_option_schema.py).
 
 From it come the module's and the role's specs, the module's documentation, run.yml's arguments
 and launch.yml's names (_launch_option_specs.py; ``tools/write_launch_options.py`` writes the
-files, and ``make lint`` fails when they are out of date), and the typed launch request
-(_launch_resolution.LaunchRequest: a field per module option, at its default). The checks are in
+files, and ``make check`` fails when they are out of date), and the typed launch request
+(_on_node/launch_request.LaunchRequest: a field per module option, at its default). The checks are in
 _launch_checks.py.
 
 Standard library only: the CLI imports this file outside Ansible.
