@@ -26,20 +26,18 @@ NODE_ENVIRONMENT = {"nvidia.nccl"}
 
 
 def imports(path: Path) -> set[str]:
-    """The full names of the modules `path` imports, relative imports resolved, inside functions too."""
-    package = PREFIX + ".".join(path.relative_to(PLUGINS).parent.parts)
+    """The full names `path` imports, relative imports resolved, inside functions too. `from X
+    import a` gives X and X.a, whichever of them is the module (`from PACKAGE import _x`)."""
+    package = [*PREFIX.rstrip(".").split("."), *path.relative_to(PLUGINS).parent.parts]
     names = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            if base in (PREFIX + "module_utils", PREFIX + "module_utils._on_node"):  # from PACKAGE import _x
-                names.update(f"{base}.{alias.name}" for alias in node.names)
-            else:
-                names.add(base)
+            base = ".".join([*package[:len(package) - node.level + 1], *([node.module] if node.module else [])]) \
+                if node.level else node.module or ""
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -54,7 +52,7 @@ def module_utils_file(name: str) -> Path:
 
 def shippable(name: str) -> bool:
     """What a module may import: what AnsiballZ ships (ansible's and this collection's module_utils)."""
-    return stdlib(name) or name.startswith(("ansible.module_utils.", PREFIX + "module_utils.")) or \
+    return stdlib(name) or (name + ".").startswith(("ansible.module_utils.", PREFIX + "module_utils.")) or \
         name in NODE_ENVIRONMENT
 
 
