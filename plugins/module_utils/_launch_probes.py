@@ -104,6 +104,12 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
                             plan.request.python, plan.run_id, control_dir)
         time.sleep(random.uniform(0.5, 3.0))
     order = [node.name for node in nodes]
+    broken = [name for name in order if answers[name].get("failed_there")]
+    if broken:  # ssh reached the node, and the probe itself failed there
+        named = "; ".join(f"{name}: {answers[name]['error']}" for name in broken)
+        module.fail_json(msg=f"refusing to launch: the launch's checks failed on {', '.join(broken)}, which ssh "
+                             f"reached ({named}). Run torchfleet doctor, and report it if it persists",
+                         run_id=plan.run_id)
     lost = [name for name in order if "error" in answers[name]]
     missed = lost if lost and len(lost) <= may_miss and head.name not in lost else []
     if lost and not missed:
@@ -117,6 +123,10 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
     full = [f"{name}: {answers[name]['board_full']}" for name in order if answers[name].get("board_full")]
     if full:
         module.fail_json(msg=f"refusing to launch: {'; '.join(full)}", run_id=plan.run_id)
+    skipped = [f"{name}: {'; '.join(answers[name]['board_skipped'])}" for name in order
+               if answers[name].get("board_skipped")]
+    if skipped:  # another account's files, never a reason to refuse: named, and passed by
+        module.warn(f"run board entries not counted, as not their owners' or not entries: {' | '.join(skipped)}")
     runs = [{"node": name, **run} for name in order for run in group_runs(answers[name]["runs"])]
     if runs:
         module.fail_json(msg=f"refusing to launch: an earlier torchfleet run is still alive {runs_listed(runs)}. "

@@ -14,7 +14,7 @@ import base64
 import json
 import sys
 
-from .board import BoardFull, announce, in_the_way, others_alive, own_entry, sweep_own, withdraw
+from .board import BoardFull, announce, in_the_way, others_alive, own_entry, skipped_phrases, sweep_own, withdraw
 from .interfaces import interface_addresses
 from .log_ends import log_tail
 from .node_files import file_sha1, write_file
@@ -26,15 +26,24 @@ from .stacks import take
 def board_answer(entry: dict | None, share: bool) -> dict:
     """Announce `entry` (none in check mode), then read the others: {announced, others}, the
     others being those this launch must yield to (board.in_the_way), its entry withdrawn then,
-    unless `share`; or {board_full: why}."""
+    unless `share`; or {board_full: why}. `board_skipped`: the entries it could not count
+    (board.skipped_phrases), for the launch to name."""
+    skipped: list = []
+    answer = _board_answer(entry, share, skipped)
+    if skipped:
+        answer["board_skipped"] = skipped_phrases(skipped)
+    return answer
+
+
+def _board_answer(entry: dict | None, share: bool, skipped: list) -> dict:
     if not entry:
-        return {"announced": None, "others": others_alive()}
+        return {"announced": None, "others": others_alive(skipped=skipped)}
     sweep_own()
     try:
         announced = announce(entry)
     except BoardFull as full:
         return {"announced": None, "others": [], "board_full": str(full)}
-    others = others_alive()
+    others = others_alive(skipped=skipped)
     mine = own_entry(entry["run_id"]) if announced else None
     if mine is None:
         return {"announced": announced, "others": others}

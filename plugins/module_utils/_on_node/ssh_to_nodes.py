@@ -73,7 +73,10 @@ def probe_nodes(nodes, head: str, ssh: str | None, python: str, requests: dict,
             return json.loads(done.stdout)
         except ValueError:
             lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            return {"error": lines[-1] if lines else f"ssh exited {done.returncode}"}
+            said = {"error": lines[-1] if lines else f"ssh exited {done.returncode}"}
+            if done.returncode != 255:  # ssh's own failures are 255: this one reached the node
+                said["failed_there"] = True
+            return said
     if not nodes:
         return {}
     with ThreadPoolExecutor(max_workers=min(PROBE_FANOUT, len(nodes))) as pool:
