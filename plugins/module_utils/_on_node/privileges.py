@@ -16,31 +16,63 @@ class Refused(Exception):
     """Root was asked to read a directory it cannot tell the owner of."""
 
 
+MAX_LINKS = 40  # as the kernel's own bound on links in one path
+
+
+def _writable_by_others(info: os.stat_result) -> bool:
+    return bool(info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
 def account_of(where: str) -> str | None:
-    """The account whose runs `where` holds, as given: `~ACCOUNT/...` names it; else the owner of
-    its nearest part that exists (not followed, if a link). None for root's own, where only root
-    can write; Refused where another account than root could have put the files there."""
+    """The account whose runs `where` holds: `~ACCOUNT/...` names it; else the owner of the first
+    part of the path, walked from `/` as the kernel would resolve it, that is not root's. None
+    for root's own, every part root's where only root can write (so nobody can change what the
+    path resolves to after this look); Refused where another account than root could.
+
+    Nothing is taken as text: `..` goes up from where the walk is, and a link (root's, in a
+    directory only root writes) is read and walked in turn, so `~acct/L/../../x` is the account's
+    (the walk stops at its home), not what the text would normalise to."""
     if where.startswith("~"):
         name = where[1:].split("/", 1)[0]
-        if name:
-            return None if pwd.getpwnam(name).pw_uid == 0 else name
+        if name and pwd.getpwnam(name).pw_uid != 0:
+            return name
         where = os.path.expanduser(where)
-    path = os.path.abspath(where)
-    while True:
+    parts = [part for part in os.path.join(os.getcwd(), where).split("/") if part not in ("", ".")]
+    current, links = "/", 0
+    while parts:
+        name = parts.pop(0)
+        if name == "..":
+            current = os.path.dirname(current)  # a directory of root's that only root writes: as it is
+            continue
+        path = os.path.join(current, name)
         try:
             info = os.lstat(path)
-            break
         except FileNotFoundError:
-            if os.path.dirname(path) == path:
-                raise
-            path = os.path.dirname(path)
-    if info.st_uid != 0:
-        try:
-            return pwd.getpwuid(info.st_uid).pw_name
-        except KeyError:
-            raise Refused(f"{path} belongs to UID {info.st_uid}, which has no account here") from None
-    if stat.S_ISDIR(info.st_mode) and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise Refused(f"{path} is root's but other accounts write there: name the run (its directory "
+            break  # the rest does not exist yet: whoever can write `current` could make it
+        if info.st_uid != 0:
+            try:
+                return pwd.getpwuid(info.st_uid).pw_name
+            except KeyError:
+                raise Refused(f"{path} belongs to UID {info.st_uid}, which has no account here") from None
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if links > MAX_LINKS:
+                raise Refused(f"{where}: more than {MAX_LINKS} links")
+            target = os.readlink(path)
+            parts[:0] = [part for part in target.split("/") if part not in ("", ".")]
+            if target.startswith("/"):
+                current = "/"
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            return None  # a file of root's, in a directory only root writes
+        if _writable_by_others(info) and not (info.st_mode & stat.S_ISVTX and parts):
+            # Others may swap what it holds (no sticky bit), or put the run there (it is the end).
+            raise Refused(f"{path} is root's but other accounts write there: name the run (its directory "
+                          f"is its account's), or follow it logged in as that account")
+        current = path
+    info = os.lstat(current)
+    if _writable_by_others(info):
+        raise Refused(f"{current} is root's but other accounts write there: name the run (its directory "
                       f"is its account's), or follow it logged in as that account")
     return None
 

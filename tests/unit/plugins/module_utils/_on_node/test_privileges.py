@@ -54,6 +54,36 @@ def test_a_directory_of_roots_that_others_write_is_refused_as_root(shared):
         pv.account_of(board)
 
 
+def test_the_path_is_walked_as_the_kernel_resolves_it_never_normalised_as_text(shared):
+    # ~acct/L/../../..: L is the account's link to a deep directory of its own. As text the path is
+    # `shared` (root's); the kernel resolves it inside the account's files.
+    home = os.path.join(shared, "home")
+    deep = os.path.join(home, "a", "b", "c")
+    os.makedirs(deep)
+    os.symlink(deep, os.path.join(home, "L"))
+    subprocess.run(["chown", "-hR", f"{NOBODY.pw_uid}:{NOBODY.pw_gid}", home], check=True)
+    assert pv.account_of(os.path.join(home, "L", "..", "..", "..")) == "nobody"
+    # A link of root's to the account's directory is the account's, however root-owned the link.
+    os.symlink(home, os.path.join(shared, "runs-link"))
+    assert pv.account_of(os.path.join(shared, "runs-link", "r1")) == "nobody"
+    # `..` inside root's own directories goes where the kernel goes.
+    os.mkdir(os.path.join(shared, "roots"))
+    assert pv.account_of(os.path.join(shared, "roots", "..", "home", "r1")) == "nobody"
+    assert pv.account_of(os.path.join(shared, "roots", "..", "roots")) is None
+
+
+def test_a_directory_of_roots_others_may_rename_in_is_refused_wherever_it_stands(shared):
+    # Without the sticky bit, anyone may swap `sub` for their own between the look and the read.
+    world = os.path.join(shared, "world")
+    os.makedirs(os.path.join(world, "sub", "runs"))
+    os.chmod(world, 0o777)
+    with pytest.raises(pv.Refused, match="other accounts write there"):
+        pv.account_of(os.path.join(world, "sub", "runs"))
+    # With it, root's own entries there stay root's.
+    os.chmod(world, 0o1777)
+    assert pv.account_of(os.path.join(world, "sub", "runs")) is None
+
+
 def test_root_following_a_rewritten_run_runs_nothing_of_the_account_as_root(shared):
     # A rank rewrote run.json: its ssh a program of the account's, its package the account's.
     marks = os.path.join(shared, "marks")
