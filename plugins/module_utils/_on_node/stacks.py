@@ -128,9 +128,15 @@ def take(run_id: str, run_dir: str, attempt: int, wait: float = DUMP_WAIT) -> di
         signalled[int(found.group(1))] = stem
         _ask_flight_recorder(stem + ".fr")
     deadline = time.monotonic() + wait
-    while signalled and time.monotonic() < deadline and not all(
-            _written(stem, *before[stem]) for stem in signalled.values()):
+    while signalled and time.monotonic() < deadline:
+        waiting = [stem for stem in signalled.values() if not _written(stem, *before[stem])]
+        if not waiting:
+            break
         time.sleep(0.05)
+        # Asked again until it answers: a request is lost while the recorder's thread is not yet
+        # (or, between two dumps, not again) waiting on its fifo, which a busy node makes likely.
+        for stem in waiting:
+            _ask_flight_recorder(stem + ".fr")
     taken: dict[int, dict] = {}
     for rank, stem in signalled.items():
         try:
