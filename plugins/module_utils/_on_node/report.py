@@ -333,6 +333,7 @@ def never_started_message(run_id: str, start_timeout: int, late, run_dir: str, l
 
 
 HUNG_RC = 123  # `wait`'s exit code for a run that ended hung
+TIMED_OUT_RC = 124  # and for one ended at launch_timeout, as timeout(1) says it
 
 
 def hung_message(run_id: str, since: str, allowed: float, named: str, run_dir: str, left: str) -> str:

@@ -430,6 +430,7 @@ class Run:
         if end.timed_out:
             # Which nodes still answer tells a node gone silent from a run that hung by itself.
             state = "timed_out"
+            result.update(rc=report.TIMED_OUT_RC)  # not the launcher's answer to TERM or KILL
             msg = report.timeout_message(run_id, plan.request.launch_timeout, grace, ended["silent"] if ended else None,
                                          paths["run"]) + left
             if slurm_job and not proc.started:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from torchfleet import run_stream
+
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_start as start
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import processes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import supervisor, transitions
@@ -54,7 +56,7 @@ def test_the_supervisor_runs_from_the_package_installed_once_for_its_version(tmp
     assert os.path.realpath((run_dir / "launcher.log").read_text().strip()) == os.path.realpath(run_dir)
 
 
-def _supervised(supervisor_plan, tmp_path, name, argv, start_timeout, wait=True, env=None):
+def _supervised(supervisor_plan, tmp_path, name, argv, start_timeout, wait=True, env=None, launch_timeout=60):
     """A supervisor of its own for a launcher `argv` on this machine alone, started as the module
     starts it; its end's record, or (not `wait`) the supervisor's Popen."""
     run_dir = tmp_path / name
@@ -64,7 +66,7 @@ def _supervised(supervisor_plan, tmp_path, name, argv, start_timeout, wait=True,
     plan = supervisor_plan(
         run_id=name, argv=argv, cwd=None, command="a launcher", nodes=[{"name": "here", "address": "127.0.0.1", "slots": 1}],
         mode="rank", nproc=1, world_size=1, python=sys.executable, ssh=None, check_nodes=False,
-        control_dir=None, launch_timeout=60, stop_grace=1, paths=paths, start_timeout=start_timeout)
+        control_dir=None, launch_timeout=launch_timeout, stop_grace=1, paths=paths, start_timeout=start_timeout)
     (run_dir / PLAN_FILE).write_text(plan.to_json())
     env = {"PATH": os.environ["PATH"], processes.RUN_ID_VAR: name, processes.SUPERVISOR_VAR: name, **(env or {})}
     proc = supervisor.start(sys.executable, package, str(run_dir), env)
@@ -125,6 +127,14 @@ def test_a_supervisor_that_ends_well_takes_its_guardian_with_it(tmp_path, superv
         assert time.monotonic() < deadline, processes.find_run_processes({"tf-unit-guarded"})
         time.sleep(0.1)
     assert read_state(str(tmp_path / "tf-unit-guarded"))["state"] == "succeeded"
+
+
+def test_a_run_past_launch_timeout_is_timed_out_with_124_whatever_its_launcher_said(tmp_path, supervisor_plan):
+    # TERM ends the launcher with 143 (or KILL with 137): the run's code is the time-out's.
+    record = _supervised(supervisor_plan, tmp_path, "tf-unit-late", [sys.executable, "-c", "import time; time.sleep(600)"],
+                         0, launch_timeout=2)
+    assert (record["state"], record["timed_out"], record["rc"]) == ("timed_out", True, 124), record
+    assert run_stream.exit_code(record) == 124
 
 
 def test_a_launcher_that_never_starts_a_rank_is_ended_at_start_timeout_naming_the_node(tmp_path, supervisor_plan):
