@@ -42,6 +42,12 @@ def _arm():
     rank, stacks = os.environ.get("RANK"), os.environ.get("TORCHFLEET_STACKS_DIR")
     if rank is None or not stacks or not rank.isdigit():
         return
+    # A rank's helpers (DataLoader or compile workers, anything it starts) inherit its environment:
+    # the rank alone arms, and names itself for its children (the same pid: an exec of itself).
+    armed = os.environ.get("TORCHFLEET_STACKS_PID")
+    if armed not in (None, str(os.getpid())):
+        return
+    os.environ["TORCHFLEET_STACKS_PID"] = str(os.getpid())
     where = os.path.join(stacks, "attempt_" + os.environ.get("TORCHFLEET_RESTART_COUNT", "0"))
     os.makedirs(where, exist_ok=True)
     # NCCL's flight recorder on, its dump on NCCL's own timeout beside the stacks, unless the user

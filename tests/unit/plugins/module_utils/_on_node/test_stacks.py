@@ -19,6 +19,11 @@ if "--with-torch" in sys.argv:  # torch's dump function, as ProcessGroupGloo's r
         "pg_status": {"0": {"last_enqueued_collective": "20", "last_completed_collective": "19"}},
         "entries": [{"pg_id": 0, "process_group": ["0", "default_pg"], "record_id": 19, "collective_seq_id": 20,
                      "profiling_name": "gloo:all_reduce", "state": "scheduled", "input_sizes": [[1]]}]}).encode()
+if "--with-helper" in sys.argv:  # a DataLoader worker as spawn starts it: the rank's environment
+    import subprocess
+    helper = subprocess.Popen([sys.executable, "-c", "print('helper', flush=True); import time; time.sleep(60)"],
+                              stdout=subprocess.PIPE)
+    assert helper.stdout.readline().startswith(b"helper")
 def stuck_in_my_own_function():
     threading.Event().wait()  # blocked in C, in a lock, as a rank in a collective
 print("ready", flush=True)
@@ -26,7 +31,7 @@ stuck_in_my_own_function()
 """
 
 
-def _rank(run_dir, rank, run_id="r1", restart=None, with_torch=False):
+def _rank(run_dir, rank, run_id="r1", restart=None, with_torch=False, with_helper=False):
     # As the renderer starts a rank: the site in the account's home, the stacks in the run's directory.
     site = stacks.site_dir(os.path.join(str(run_dir), "home"))
     os.makedirs(site, exist_ok=True)
@@ -36,8 +41,9 @@ def _rank(run_dir, rank, run_id="r1", restart=None, with_torch=False):
                TORCHFLEET_STACKS_DIR=os.path.join(str(run_dir), stacks.STACKS_DIR))
     if restart is not None:
         env["TORCHFLEET_RESTART_COUNT"] = str(restart)
-    proc = subprocess.Popen([sys.executable, "-c", BLOCKED] + (["--with-torch"] if with_torch else []), env=env,
-                            stdout=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-c", BLOCKED] + (["--with-torch"] if with_torch else [])
+                            + (["--with-helper"] if with_helper else []), env=env, stdout=subprocess.PIPE,
+                            start_new_session=True)
     assert proc.stdout.readline() == b"ready\n"
     return proc
 
@@ -75,6 +81,18 @@ def test_a_ranks_flight_recorder_is_dumped_beside_its_stacks_and_summed_up(tmp_p
         assert rank.poll() is None
     finally:
         rank.kill()
+        rank.wait()
+
+
+def test_a_process_the_rank_starts_never_arms_as_that_rank(tmp_path):
+    rank = _rank(tmp_path, 1, with_helper=True)
+    try:
+        armed = sorted(os.listdir(tmp_path / "stacks" / "attempt_0"))
+        assert armed == [f"rank_1.{rank.pid}.fr", f"rank_1.{rank.pid}.txt"], armed
+        taken = stacks.take("r1", str(tmp_path), 0, wait=30)
+        assert "stuck_in_my_own_function" in taken[1]["stacks"], taken  # the rank's own frames
+    finally:
+        os.killpg(rank.pid, 9)
         rank.wait()
 
 
