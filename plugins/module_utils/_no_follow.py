@@ -122,16 +122,31 @@ def check_directory(path: str) -> None:
 
 
 def check_root_only(path: str) -> None:
-    """Refuse (LinkRefused) a directory whose content root will run or trust (an environment, a
-    wheelhouse) where another account could change it: each part of `path` that exists must be
-    root's, and where others may write it, sticky (as /tmp is); a link only as open_directory
-    follows one. Missing parts are fine: root would make them."""
+    """Refuse (LinkRefused) a path whose content root will run or trust (an environment, a
+    wheelhouse, an MPI prefix, a build directory) where another account could change it: each part
+    of `path` that exists must be root's, and where others may write it, sticky (as /tmp is); a
+    link only as open_directory follows one. A missing part is fine only where root alone can write
+    the directory it would be made in: in /tmp, another account could make it first."""
+    if not path.startswith("/"):
+        raise LinkRefused(path or "''", "is not an absolute path",
+                          "name the path from / (for example /opt/torchfleet/...)")
+    fix = (f"root runs or trusts what {path} holds: name a path under directories only root can write "
+           f"(as /opt/torchfleet is)")
     here = "/"
-    for name in _components(os.path.abspath(path)):
+    for name in _components(path):
         step = os.path.join(here, name)
         try:
             info = os.lstat(step)
         except FileNotFoundError:
+            try:
+                parent = os.lstat(here)
+            except FileNotFoundError:  # a link's missing target: its own check judged where it would be made
+                return
+            if not root_alone_writes(parent):  # passed above, so sticky (as /tmp): anyone may make `step` first
+                raise LinkRefused(step, f"does not exist yet, in {here}, which other accounts can write (mode "
+                                        f"{stat.S_IMODE(parent.st_mode):04o}): one of them could make it first",
+                                  f"{fix}, or make {step} as root now (mkdir -m 0755 {step}), then run setup "
+                                  f"again") from None
             return
         if stat.S_ISLNK(info.st_mode):
             if info.st_uid != 0 or not root_alone_writes(os.lstat(here)):
@@ -142,8 +157,8 @@ def check_root_only(path: str) -> None:
         if info.st_uid != 0 or (info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX):
             raise LinkRefused(step, f"can be changed by another account than root (owner UID {info.st_uid}, mode "
                                     f"{stat.S_IMODE(info.st_mode):04o})",
-                              f"root runs or trusts what {path} holds: name a path under a directory only root can "
-                              f"write (the default is under /opt/torchfleet)")
+                              f"{fix}, or, where {step} is meant to be root's alone, make it so "
+                              f"(chown root:root {step} && chmod go-w {step})")
         here = step
 
 

@@ -167,11 +167,13 @@ class NotYet(Exception):
     """The source will have the file, but not yet (it is still fetching it itself)."""
 
 
-def _download(url: str, dest: str, want: str, timeout: float) -> int:
+def _download(url: str, dest: str, want: str, expected: int, timeout: float) -> int:
     """Stream `url` into a temporary file of this download's own, hashing each block as it is
     written, then, when the hash is the lock's, fsync and rename that same file into place: the
-    bytes that take the wheel's name are exactly the bytes hashed. Returns the bytes read; raises
-    NotYet on 503, SpreadError on a hash that differs, OSError otherwise."""
+    bytes that take the wheel's name are exactly the bytes hashed. No more than `expected` bytes
+    (the lock's size) are written: a source that announces or sends more is cut off there, so it
+    cannot fill the disk before the hash is known. Returns the bytes read; raises NotYet on 503,
+    SpreadError on a size or hash that differs, OSError otherwise."""
     try:
         response = open_url(url, timeout=timeout, validate_certs=False)  # plain http on the cluster network
     except urllib.error.HTTPError as err:
@@ -180,18 +182,27 @@ def _download(url: str, dest: str, want: str, timeout: float) -> int:
         raise OSError(f"HTTP {err.code} from {url}") from err
     except urllib.error.URLError as err:  # the socket's own error (refused, unreachable), unwrapped
         raise err.reason if isinstance(err.reason, OSError) else OSError(str(err.reason)) from err
+    name = os.path.basename(dest)
     digest, size = hashlib.sha256(), 0
     with response:
+        announced = response.headers.get("Content-Length", "")
+        if announced.isdigit() and int(announced) > expected:
+            raise SpreadError(f"{url} announces {announced} bytes for {name}, more than the lock's {expected}: "
+                              f"nothing of it written")
         partial: str | None
-        fd, partial = temporary(os.path.dirname(dest), os.path.basename(dest))
+        fd, partial = temporary(os.path.dirname(dest), name)
         try:
             with os.fdopen(fd, "wb") as handle:
-                for block in iter(lambda: response.read(BLOCK), b""):
+                # One byte past the lock's size at most: enough to tell a source that sends more.
+                for block in iter(lambda: response.read(min(BLOCK, expected + 1 - size)), b""):
+                    size += len(block)
+                    if size > expected:
+                        raise SpreadError(f"{url} sent {name} longer than the lock's {expected} bytes "
+                                          f"(byte {size} arrived): stopped there, nothing of it kept")
                     digest.update(block)
                     handle.write(block)
-                    size += len(block)
                 if digest.hexdigest() != want:
-                    raise SpreadError(f"{url} sent {os.path.basename(dest)} with sha256 "
+                    raise SpreadError(f"{url} sent {name} with sha256 "
                                       f"{digest.hexdigest()[:16]}..., not the lock's {want[:16]}...")
                 handle.flush()
                 os.fsync(fd)
@@ -213,7 +224,8 @@ def _fetch_from(source: str, wheel: dict, directory: str, deadline: float, wait:
         if left <= 0:
             return None, f"{source}: not had within the timeout"
         try:
-            return _download(url, os.path.join(directory, wheel["file"]), wheel["sha256"], min(left, 60)), None
+            return _download(url, os.path.join(directory, wheel["file"]), wheel["sha256"], wheel["size"],
+                             min(left, 60)), None
         except NotYet:
             pass  # its node is still fetching it
         except ConnectionRefusedError:
@@ -228,9 +240,10 @@ def _fetch_from(source: str, wheel: dict, directory: str, deadline: float, wait:
 
 def fetch_wheels(directory: str, wheels: list, sources: list, timeout: float,
                  wait: float = 1.0) -> dict:
-    """Fetch `wheels` ([{file, sha256}]) into `directory`, each from the first of `sources` (base
-    URLs) that gives it: a source still fetching it itself is asked again until `timeout`; one
-    that cannot be reached, does not have it, or sends other bytes is passed over for the next.
+    """Fetch `wheels` ([{file, sha256, size}]) into `directory`, each from the first of `sources`
+    (base URLs) that gives it: a source still fetching it itself is asked again until `timeout`;
+    one that cannot be reached, does not have it, or sends other bytes or more than `size` is
+    passed over for the next.
     Returns {source: bytes fetched}; raises SpreadError naming the file and every source's
     reason when none gave it."""
     deadline = time.monotonic() + timeout

@@ -28,9 +28,11 @@ options:
     default: []
   root_only:
     description:
-      - Directories whose content root runs or trusts (a Python environment, a wheelhouse). Each
-        part of the path that exists must be root's, and sticky where others may write it.
-        Missing ones are fine.
+      - Paths whose content root runs or trusts (a Python environment, a wheelhouse, an MPI
+        prefix, a build directory), absolute. Each part of the path that exists must be root's,
+        and sticky where others may write it. A missing part is fine only where root alone can
+        write the directory it would be made in (not in C(/tmp), where another account could make
+        it first).
     type: list
     elements: path
     default: []

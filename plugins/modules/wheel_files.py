@@ -21,7 +21,9 @@ description:
     the wheel itself (served by M(torchfleet.cluster.wheel_server) with
     O(torchfleet.cluster.wheel_server#module:pending=true)) is asked again until O(timeout). A
     source that cannot be reached, or does not have the wheel, or sends other bytes, is passed
-    over for the next.
+    over for the next. No download writes more than the wheel's C(size): a source that announces
+    or sends more is cut off at that size, its temporary file removed, and passed over too, so
+    whatever answers on a source's port cannot fill the node's disk.
   - Without O(sources), only reports what is missing or altered (RV(missing), RV(corrupt)).
   - With O(sources), removes at the end the temporary files of fetches that were killed before
     they could remove their own (unlocked, and older than a minute); never those of a fetch that
@@ -37,8 +39,8 @@ options:
     required: true
   files:
     description:
-      - The files, each with C(file) (its name) and C(sha256), as M(torchfleet.cluster.wheelhouse)
-        returns them in its C(files), the wheels and their lock.
+      - The files, each with C(file) (its name), C(sha256) and C(size) (its bytes), as
+        M(torchfleet.cluster.wheelhouse) returns them in its C(files), the wheels and their lock.
     type: list
     elements: dict
     required: true
@@ -106,10 +108,14 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    bad = [wheel for wheel in p["files"] if not {"file", "sha256"} <= set(wheel) or "/" in str(wheel["file"])]
+    # The size bounds each download (fetch_wheels): without it, a source could send without end.
+    bad = [wheel for wheel in p["files"] if not {"file", "sha256"} <= set(wheel) or "/" in str(wheel["file"])
+           or not str(wheel.get("size")).isdigit()]
     if bad:
-        module.fail_json(msg=f"every file needs a name (file) and its sha256 (as the wheelhouse module "
-                             f"returns them); got {bad[:3]}")
+        module.fail_json(msg=f"every file needs a name (file), its sha256 and its size in bytes (as the wheelhouse "
+                             f"module returns them); got {bad[:3]}")
+    for wheel in p["files"]:
+        wheel["size"] = int(wheel["size"])
     directory = p["path"]
     if not os.path.isdir(directory):
         if module.check_mode:
@@ -125,8 +131,10 @@ def main():
             try:
                 fetched = fetch_wheels(directory, wanted, p["sources"], p["timeout"])
             except SpreadError as err:
-                module.fail_json(msg=f"{err}. Check that the nodes reach each other on the cluster "
-                                     f"network, then run setup again", missing=missing, corrupt=corrupt)
+                module.fail_json(msg=f"{err}. Check that the nodes reach each other on the cluster network, "
+                                     f"and that only setup's wheel servers answer on its port "
+                                     f"(python_env_spread_port), then run setup again",
+                                 missing=missing, corrupt=corrupt)
             for wheel in wanted:  # hashed while fetched: record it, not read again next time
                 stat = os.stat(os.path.join(directory, wheel["file"]))
                 verified[wheel["file"]] = [stat.st_size, stat.st_mtime_ns, wheel["sha256"]]

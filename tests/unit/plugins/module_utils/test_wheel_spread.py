@@ -16,7 +16,7 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils import _wheel_s
 
 def wheel(directory, name, content):
     (directory / name).write_bytes(content)
-    return {"file": name, "sha256": hashlib.sha256(content).hexdigest()}
+    return {"file": name, "sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
 
 
 def free_port():
@@ -28,7 +28,7 @@ def free_port():
 def test_check_names_missing_and_altered_wheels_and_rereads_only_what_was_written(tmp_path):
     good = wheel(tmp_path, "a-1-py3-none-any.whl", b"a" * 1000)
     bad = wheel(tmp_path, "b-1-py3-none-any.whl", b"b" * 1000)
-    gone = {"file": "c-1-py3-none-any.whl", "sha256": "0" * 64}
+    gone = {"file": "c-1-py3-none-any.whl", "sha256": "0" * 64, "size": 1}
     missing, corrupt, verified = spread.check_wheels(str(tmp_path), [good, bad, gone])
     assert missing == [gone["file"]] and corrupt == []
     spread.write_verified(str(tmp_path), verified)
@@ -141,7 +141,7 @@ def test_a_source_that_lacks_a_wheel_or_sends_other_bytes_is_passed_over(tmp_pat
 def test_no_source_with_the_wheel_names_the_wheel_and_each_reason(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    w = {"file": "a-1-py3-none-any.whl", "sha256": "0" * 64}
+    w = {"file": "a-1-py3-none-any.whl", "sha256": "0" * 64, "size": 1}
     server = Server(empty, [w["file"]])
     closed = free_port()  # nothing listens there
     try:
@@ -159,7 +159,8 @@ def test_the_server_serves_only_the_lock_s_wheels_on_its_address(tmp_path):
     server = Server(tmp_path, [w["file"]])
     try:
         with pytest.raises(spread.SpreadError, match="HTTP 404"):
-            spread.fetch_wheels(str(tmp_path / ".."), [{"file": "secret.txt", "sha256": "0" * 64}], [server.url], 5)
+            spread.fetch_wheels(str(tmp_path / ".."), [{"file": "secret.txt", "sha256": "0" * 64, "size": 2}],
+                                [server.url], 5)
         listening = [line for line in open("/proc/net/tcp").read().splitlines()[1:]
                      if int(line.split()[1].split(":")[1], 16) == server.port and line.split()[3] == "0A"]
         assert [line.split()[1].split(":")[0] for line in listening] == ["0100007F"]  # 127.0.0.1 only
@@ -185,10 +186,14 @@ class Scripted:
             def do_GET(self):  # noqa: N802 (http.server's name)
                 length, parts = answer(self.path)
                 self.send_response(200)
-                self.send_header("Content-Length", str(length))
+                if length is not None:  # None: no length told, the answer ends where the connection does
+                    self.send_header("Content-Length", str(length))
                 self.end_headers()
-                for part in parts:
-                    self.wfile.write(part)
+                try:
+                    for part in parts:
+                        self.wfile.write(part)
+                except OSError:
+                    pass  # the client hung up (one cut off at its bound)
 
             def log_message(self, format, *args):  # noqa: A002
                 pass
@@ -240,7 +245,7 @@ def in_thread(target):
 
 def test_two_fetches_of_one_wheel_at_once_each_write_their_own_file_and_neither_removes_the_other_s(tmp_path):
     content = os.urandom(2 * MIB)
-    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest()}
+    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
     release = threading.Event()
     source = Scripted(paused(content, release))
     try:
@@ -269,7 +274,7 @@ def test_two_fetches_of_one_wheel_at_once_each_write_their_own_file_and_neither_
 
 def test_bytes_that_change_mid_transfer_never_take_the_wheel_s_name_beside_a_good_fetch(tmp_path):
     content, other = os.urandom(2 * MIB), os.urandom(MIB)
-    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest()}
+    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
     good_release, changing_release = threading.Event(), threading.Event()
     # The changing source's file is replaced as it sends it: its first MiB is another build's.
     good, changing = Scripted(paused(content, good_release)), Scripted(paused(other + content[MIB:], changing_release))
@@ -298,7 +303,7 @@ def test_bytes_that_change_mid_transfer_never_take_the_wheel_s_name_beside_a_goo
 
 def test_a_source_whose_bytes_change_is_hashed_as_written_and_leaves_nothing(tmp_path):
     content = os.urandom(2 * MIB)
-    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest()}
+    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
     (tmp_path / w["file"]).write_bytes(b"old")
     changing = Scripted(lambda _path: (len(content), iter([content[:MIB], os.urandom(MIB)])))
     try:
@@ -407,3 +412,72 @@ def test_a_slow_download_that_still_moves_is_not_cut_by_the_idle_timeout(tmp_pat
     assert received.split(b"\r\n\r\n", 1)[1] == content
     assert took > 2 * 0.5, took  # slower than the timeout, all along
     assert server.result["served"] == {"127.0.0.1": len(content)}
+
+
+# ---------------------------------------------------------------------------------------------
+# A source that sends more than the lock's size: cut off at that size, never filling the disk
+# ---------------------------------------------------------------------------------------------
+
+def test_a_source_that_sends_more_than_the_lock_s_size_is_cut_off_at_it_and_leaves_nothing(tmp_path, monkeypatch):
+    removed = {}  # the partial file's size when it was removed
+    remove = spread._remove
+    monkeypatch.setattr(spread, "_remove", lambda path: (removed.update({path: os.path.getsize(path)}), remove(path)))
+    content = os.urandom(MIB)
+    w = {"file": "a-1-py3-none-any.whl", "sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
+    release, sent = threading.Event(), []
+
+    def endless(_path):  # no length told; twice the wheel, then it waits before sending more
+        def parts():
+            sent.append(2 * MIB)
+            yield content + os.urandom(MIB)
+            release.wait(20)
+            while True:
+                sent.append(MIB)
+                yield os.urandom(MIB)
+        return None, parts()
+    source = Scripted(endless)
+    try:
+        fetch = in_thread(lambda: spread.fetch_wheels(str(tmp_path), [w], [source.url], 30))
+        # Ended while the source still holds the rest back: it stopped at the bound, not at the end.
+        fetch.join(10)
+        assert not fetch.is_alive(), "the download went on past the lock's size"
+        assert sent == [2 * MIB]  # the rest still held back
+    finally:
+        release.set()
+        source.close()
+    assert fetch.outcome[0] == "error" and isinstance(fetch.outcome[1], spread.SpreadError)
+    assert str(fetch.outcome[1]) == (
+        f"{w['file']} could not be fetched: {source.url}: {source.url}{w['file']} sent {w['file']} longer than "
+        f"the lock's {MIB} bytes (byte {MIB + 1} arrived): stopped there, nothing of it kept")
+    assert os.listdir(tmp_path) == []  # neither the wheel nor the partial file
+    assert list(removed.values()) == [MIB]  # it never held more than the lock's size
+
+
+def test_a_source_that_announces_more_than_the_lock_s_size_is_refused_and_the_next_one_asked(tmp_path):
+    good, child = tmp_path / "good", tmp_path / "child"
+    good.mkdir()
+    child.mkdir()
+    w = wheel(good, "a-1-py3-none-any.whl", os.urandom(1000))
+    release = threading.Event()
+
+    def big(_path):  # a TiB announced, and nothing sent until the test ends
+        def parts():
+            release.wait(20)
+            yield b"x" * 10
+        return 1 << 40, parts()
+    liar, server = Scripted(big), Server(good, [w["file"]])
+    try:
+        got = in_thread(lambda: spread.fetch_wheels(str(child), [w], [liar.url, server.url], 30))
+        got.join(10)
+        assert got.outcome == ("ok", {liar.url: 0, server.url: 1000})
+        assert (child / w["file"]).read_bytes() == (good / w["file"]).read_bytes()
+        os.unlink(child / w["file"])
+        with pytest.raises(spread.SpreadError) as err:
+            spread.fetch_wheels(str(child), [w], [liar.url], 10)
+    finally:
+        release.set()
+        liar.close()
+        server.stop()
+    assert str(err.value) == (f"{w['file']} could not be fetched: {liar.url}: {liar.url}{w['file']} announces "
+                              f"{1 << 40} bytes for {w['file']}, more than the lock's 1000: nothing of it written")
+    assert os.listdir(child) == []
