@@ -116,6 +116,9 @@ class Progress:
                 if not self.live:
                     print(f"torchfleet: {host}: FAILED: {task}", file=self.stream, flush=True)
             if kind in ("runner_on_ok", "runner_on_failed"):
+                for warning in res.get("warnings") or []:  # a module's word to the user (module.warn)
+                    text = warning.get("msg", warning) if isinstance(warning, dict) else warning
+                    self.say(f"torchfleet: {host}: warning: {text}")
                 found = self.results if kind == "runner_on_ok" else self.failed_results
                 found.append({"host": host, "task": task, "res": res,
                               "action": data.get("resolved_action") or data.get("task_action")})
@@ -127,19 +130,31 @@ class Progress:
             print(event["stdout"], file=self.stream, flush=True)
         return True
 
+    def say(self, line: str) -> None:
+        """A line of its own: where the hosts' lines are drawn, over them (drawn again below it)."""
+        from torchfleet.screen import drawing
+
+        if self.live and self._drawn:
+            drawing(self.stream).write(f"\x1b[{self._drawn}F\x1b[J")
+            self._drawn = 0
+        print(line, file=self.stream, flush=True)
+
     def draw(self) -> None:
         """One line per host, redrawn in place. Each line is cut to the terminal's width: a line
         that wrapped would take two rows, and moving up one row per host would then garble it."""
+        from torchfleet.screen import drawing, inert
+
         out = self.stream
         width = self.width or shutil.get_terminal_size((80, 24)).columns
         names = max((len(name) for name in self.hosts), default=0)
         if self._drawn:
-            out.write(f"\x1b[{self._drawn}F")
+            drawing(out).write(f"\x1b[{self._drawn}F")
         for name, state in self.hosts.items():
             mark = "FAILED" if state.failed else "ok"
-            line = (f"{name:<{names}} {state.done:>3} tasks {state.changed:>3} changed "
-                    f"{state.failed} failed {mark:<6} {state.task}")
-            out.write(f"\x1b[2K{line[:max(1, width - 1)]}\n")
+            line = inert(f"{name:<{names}} {state.done:>3} tasks {state.changed:>3} changed "
+                         f"{state.failed} failed {mark:<6} {state.task}")
+            drawing(out).write("\x1b[2K")  # torchfleet's own escapes; the line is shown as text
+            out.write(f"{line[:max(1, width - 1)]}\n")
         self._drawn = len(self.hosts)
         out.flush()
 

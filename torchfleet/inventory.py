@@ -198,9 +198,9 @@ def read_facts(cache_dir: Path, host: str) -> dict | None:
     for _mtime, path in sorted(found, key=lambda item: item[0], reverse=True):
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            if isinstance(data, dict) and "__payload__" in data:
+                data = json.loads(data["__payload__"])
+        except (OSError, ValueError, RecursionError):  # facts are the nodes' word: too deep is unreadable
             continue
-        if isinstance(data, dict) and "__payload__" in data:
-            data = json.loads(data["__payload__"])
         return _untag(data) if isinstance(data, dict) else None
     return None

@@ -27,6 +27,12 @@ class FollowError(Exception):
     """The head could not be reached, or answered something else than a run's output."""
 
 
+# The most one line of the head's follower may hold: a piece of a rank's line is at most the
+# head's tail.LINE_CAP (4 MiB), with its label; a run's record is far less. The follower runs as
+# the training account, so what it sends is read within bounds (size here, depth in read_record).
+MESSAGE_BYTES = 8 << 20
+
+
 @dataclass
 class Head:
     name: str
@@ -132,6 +138,7 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.stdout is not None  # a pipe, as asked
+    out = proc.stdout
     if password is not None:  # sudo -S reads it first; the follower reads no stdin
         assert proc.stdin is not None  # a pipe, with a password
         try:
@@ -141,7 +148,10 @@ def follow(head: Head, hostvars: dict, run_id: str | None, ranks: str = "0", fro
             pass
     record, read_to_end = None, False
     try:
-        for raw in proc.stdout:
+        for raw in iter(lambda: out.readline(MESSAGE_BYTES + 1), b""):
+            if len(raw) > MESSAGE_BYTES:
+                raise FollowError(f"{head.name} sent a line of the run's output stream longer than "
+                                  f"{MESSAGE_BYTES >> 20} MiB: refused, the stream ended")
             record = deliver(raw.decode("utf-8", "replace").rstrip("\n"), on_line, on_piece) or record
         read_to_end = True
     finally:
@@ -175,7 +185,7 @@ def deliver(raw: str, on_line=None, on_piece=None) -> dict | None:
         if on_line:
             on_line(raw[2:])
     elif raw.startswith(follower.PIECES):
-        kind, key, text = raw[0], *raw[2:].split(" ", 1)
+        kind, (key, _, text) = raw[0], raw[2:].partition(" ")
         if on_piece:
             on_piece(kind, key, text)
         elif on_line and kind != "R" and (kind != "P" or text.strip()):
@@ -186,8 +196,24 @@ def deliver(raw: str, on_line=None, on_piece=None) -> dict | None:
         else:
             print(f"torchfleet: {raw[2:].rstrip()}", file=sys.stderr, flush=True)
     elif raw.startswith(follower.END):
-        return json.loads(raw[2:])
+        return read_record(raw[2:])
     return None
+
+
+def read_record(text: str) -> dict:
+    """The run's record as the head's follower sends it (JSON), or FollowError: within
+    MESSAGE_BYTES, and nested no deeper than Python's recursion allows (a RecursionError, caught)."""
+    if len(text) > MESSAGE_BYTES:
+        raise FollowError(f"the head sent a run's record longer than {MESSAGE_BYTES >> 20} MiB: refused")
+    try:
+        found = json.loads(text)
+    except RecursionError:
+        raise FollowError("the head sent a run's record nested too deep to read: refused") from None
+    except ValueError as error:
+        raise FollowError(f"the head sent a run's record that is not JSON ({error}): refused") from None
+    if not isinstance(found, dict):
+        raise FollowError("the head sent a run's record that is not a JSON object: refused")
+    return found
 
 
 def end_report(record: dict, head: str) -> tuple[list[str], list[str]]:

@@ -14,6 +14,17 @@ from torchfleet.cli.usage import UsageError
 
 
 def main(argv: list[str] | None = None) -> int:
+    from torchfleet.screen import guard_terminals
+
+    # Whatever reaches the user's terminal is shown as text: much of it is the nodes' to write.
+    before = guard_terminals()
+    try:
+        return command(argv)
+    finally:
+        sys.stdout, sys.stderr = before
+
+
+def command(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["doctor"]:
         from torchfleet.cli import doctor
@@ -47,10 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # noqa: BLE001 - a user-facing message, not a traceback
         from torchfleet.extra_vars import RenderError
         from torchfleet.inventory import InventoryError
+        from torchfleet.node_values import NodeValueError
 
         if isinstance(error, InventoryError):  # the -i given: a usage error, as argparse's
             parser.exit(2, f"torchfleet {args.command}: error: {error}\n")
         hostfile_error = hostfile_error_class()
+        if isinstance(error, NodeValueError):  # a node's answer, refused: what it said, not a traceback
+            print(f"torchfleet {args.command}: error: refused what a node answered: {error}", file=sys.stderr)
+            return 1
         if isinstance(error, RenderError) or (hostfile_error and isinstance(error, hostfile_error)):
             print(f"torchfleet {args.command}: error: {error}", file=sys.stderr)
             return 1

@@ -64,7 +64,7 @@ def collect(inventory: str | os.PathLike, master_port: int | None = None, extra_
                               f"{_last_error(output)}", output)
         try:
             return json.loads(report.read_text())
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:  # the nodes' answers: nested too deep, refused
             raise DoctorError(f"the doctor's report could not be read: {err}", output) from err
 
 

@@ -112,8 +112,14 @@ def told_by_playbook(outcome) -> dict | None:
 def launched_target(outcome, args: argparse.Namespace) -> dict:
     """The head and how to reach it, as the launch playbook told (set_stats: the connection
     variables as Ansible resolved them), so the inventory need not be read again."""
+    from torchfleet import node_values
+
     told = told_by_playbook(outcome)
     if not told or told.get("passwords_in_inventory"):  # never told: read them there
+        return follow_target(args)
+    try:  # the runs' directory is the head module's word (its run's log_dir), the rest the inventory's
+        node_values.path(told.get("log_dir"), "the run's log_dir")
+    except node_values.NodeValueError:
         return follow_target(args)
     hostvars = {key: value for key, value in told["connection"].items() if value not in (None, "")}
     return {"head": stream_head(args, told["head"], told["user"], told["log_dir"], hostvars), "hostvars": hostvars}

@@ -12,17 +12,18 @@ from pathlib import Path
 from torchfleet.cli.usage import UsageError
 
 
-def as_extra_vars(value) -> str:
-    """YAML for -e that Ansible never templates: arguments arrive byte for byte.
-
-    Only strings with a Jinja delimiter get `!unsafe`: Ansible's constructor for that tag
-    resolves the scalar's type ("true" would become a bool, "" None); a JSON string is a str."""
-    if isinstance(value, list):
-        return "[" + ", ".join(as_extra_vars(item) for item in value) + "]"
-    text = json.dumps(value, ensure_ascii=False)
-    if isinstance(value, str) and any(mark in value for mark in ("{{", "{%", "{#")):
-        return "!unsafe " + text
-    return text
+def untemplated(value):
+    """`value` as Ansible's JSON of data that is never a template: each string wrapped as
+    {"__ansible_unsafe": ...}, which ansible-core reads, in -e and in an ad-hoc call's -a alike,
+    as a string not to template. Every string, not only those with "{{": a "#jinja2:" header
+    makes a template of a string without one."""
+    if isinstance(value, str):
+        return {"__ansible_unsafe": value}
+    if isinstance(value, (list, tuple)):
+        return [untemplated(item) for item in value]
+    if isinstance(value, dict):  # keys are never templated
+        return {str(key): untemplated(item) for key, item in value.items()}
+    return value
 
 
 def ansible_args(args: argparse.Namespace) -> list[str]:
@@ -57,9 +58,8 @@ def playbook_args(args: argparse.Namespace, **fixed) -> list[str]:
             raise UsageError(f"-e {value}: no such file; give the path of a YAML or JSON file of "
                              f"variables after the @")
         cmdline += ["-e", value]
-    if fixed:
-        body = ", ".join(f"{json.dumps(key)}: {as_extra_vars(value)}" for key, value in fixed.items())
-        cmdline += ["-e", "{" + body + "}"]
+    if fixed:  # arguments arrive byte for byte, whatever they hold
+        cmdline += ["-e", json.dumps(untemplated(fixed), ensure_ascii=False)]
     if args.limit:
         cmdline += ["--limit", args.limit]
     if args.verbose > 1:
@@ -104,13 +104,16 @@ def finish(args: argparse.Namespace, outcome, payload: dict) -> int:
     return outcome.rc
 
 
-def adhoc(args: argparse.Namespace, module: str, module_args: str, pattern: str, extra: list[str]):
+def adhoc(args: argparse.Namespace, module: str, module_args: dict, pattern: str, extra: list[str]):
+    """Run one module on `pattern`'s hosts; its arguments are data, never templates: some are
+    what the nodes said (a run's record names its log_dir), and Ansible templates -a on the
+    controller."""
     from torchfleet.inventory import inventory_paths
     from torchfleet.ansible_calls import call
 
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         inventories = inventory_paths(args.inventory, Path(scratch))
         cmdline = ansible_args(args) + list(extra) + (["--limit", args.limit] if args.limit else [])
-        return call(module=module, module_args=module_args, host_pattern=pattern,
+        return call(module=module, module_args=json.dumps(untemplated(module_args)), host_pattern=pattern,
                     inventories=inventories, cmdline=cmdline, progress=progress(args),
                     passwords=passwords(args))

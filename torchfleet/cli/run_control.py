@@ -8,6 +8,7 @@ import shutil
 import sys
 import tempfile
 
+from torchfleet import node_values
 from torchfleet.cli.following import follow_target, follow_to_end, shown_ranks
 from torchfleet.cli.playbooks import adhoc, finish, playbook
 from torchfleet.cli.runs import read_runs, run_status
@@ -16,14 +17,22 @@ from torchfleet.cli.usage import ACTIVE_STATES, UsageError, check_run_id
 
 def alive_runs(args: argparse.Namespace):
     """(the ansible-runner outcome, {node: [run ids alive there]}), asked of every node as the
-    training account (in a container root may not read other users' /proc/PID/environ)."""
+    training account (in a container root may not read other users' /proc/PID/environ). A run id
+    is what a process of that account says it is: one not shaped as a run id is left out, named."""
     from torchfleet.inventory import cluster_vars
 
     found = cluster_vars(args.inventory, args.extra_vars)
-    outcome = adhoc(args, "torchfleet.cluster.torchrun_launch", "state=stopped", found["group"],
+    outcome = adhoc(args, "torchfleet.cluster.torchrun_launch", {"state": "stopped"}, found["group"],
                     ["--check", "--become", "--become-user", found["user"]])
-    return outcome, {item["host"]: [run["run_id"] for run in item["res"].get("runs", [])]
-                     for item in outcome.progress.results}
+    alive: dict[str, list[str]] = {}
+    for item in outcome.progress.results:
+        alive[item["host"]] = []
+        for run in item["res"].get("runs", []):
+            try:
+                alive[item["host"]].append(node_values.run_id(run.get("run_id") if isinstance(run, dict) else None))
+            except node_values.NodeValueError as error:
+                print(f"torchfleet: {item['host']}: left out: {error}", file=sys.stderr)
+    return outcome, alive
 
 
 def stop_command(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from torchfleet.cli.playbooks import adhoc, finish
 from torchfleet.cli.usage import ACTIVE_STATES, UsageError
+from torchfleet.node_values import NodeValueError, number, run_record
 
 
 def read_runs(args: argparse.Namespace, run_id: str | None = None, stacks: bool = False):
@@ -22,11 +23,12 @@ def read_runs(args: argparse.Namespace, run_id: str | None = None, stacks: bool 
     found = cluster_vars(args.inventory, args.extra_vars)
     module_args = {"log_dir": found["log_dir"], **({"run_id": run_id} if run_id else {}),
                    **({"stacks": True} if stacks else {})}
-    outcome = adhoc(args, "torchfleet.cluster.torchrun_run_info", json.dumps(module_args),
+    outcome = adhoc(args, "torchfleet.cluster.torchrun_run_info", module_args,
                     found["head"], ["--become", "--become-user", found["user"]])
     answer: dict = next((item["res"] for item in outcome.progress.results), {})
-    return outcome, dict(found, head_now=answer.get("now"), others=answer.get("others", []),
-                         jobs=answer.get("jobs", [])), answer.get("runs", [])
+    now = answer.get("now")  # the head's clock: a number, or none known
+    return outcome, dict(found, head_now=None if now is None else number(now, "the head's clock"),
+                         others=answer.get("others", []), jobs=answer.get("jobs", [])), answer.get("runs", [])
 
 
 def listed_fields(run: dict) -> dict:
@@ -159,20 +161,28 @@ def prune(args: argparse.Namespace, found: dict, runs: list) -> int:
     """Remove the chosen ended runs' directories on every node of the cluster."""
     from torchfleet.collection import module_util
 
+    # The records are the training account's to write: one not as torchfleet writes it (a run id,
+    # a plain log_dir) is left out, named; leaving one out never prunes a run more.
+    records = []
+    for run in runs:
+        try:
+            records.append(run_record(run))
+        except NodeValueError as error:
+            print(f"torchfleet: left alone, not as torchfleet writes it: {error}", file=sys.stderr)
     # Ages on the head's clock, as the records' start times are: never the controller's.
-    chosen = module_util("_run_prune").prunable(runs, args.keep, args.older_than, now=found["head_now"])
+    chosen = module_util("_run_prune").prunable(records, args.keep, args.older_than, now=found["head_now"])
     if not chosen:
         print("torchfleet: no ended run to prune", file=sys.stderr)
         if args.json:
             print(json.dumps({"pruned": [], "kept": {}, "rc": 0}, indent=1))
         return 0
     outcome = adhoc(args, "torchfleet.cluster.torchrun_prune",
-                    json.dumps({"log_dir": found["log_dir"], "run_ids": chosen,
-                                "run_dirs": {run["run_id"]: run["log_dir"] for run in runs
-                                             if run["run_id"] in chosen and run.get("log_dir")}}), found["group"],
+                    {"log_dir": found["log_dir"], "run_ids": chosen,
+                     "run_dirs": {run["run_id"]: run["log_dir"] for run in records
+                                  if run["run_id"] in chosen and run["log_dir"]}}, found["group"],
                     ["--become", "--become-user", found["user"]])
-    kept = {item["host"]: item["res"].get("kept", {}) for item in outcome.progress.results
-            if item["res"].get("kept")}
+    kept = {item["host"]: item["res"].get("kept") for item in outcome.progress.results
+            if isinstance(item["res"].get("kept"), dict) and item["res"]["kept"]}
     pruned = [run_id for run_id in chosen if not any(run_id in why for why in kept.values())]
     if not args.json:
         print(f"torchfleet: pruned {len(pruned)} run(s){': ' + ', '.join(pruned) if pruned else ''}")

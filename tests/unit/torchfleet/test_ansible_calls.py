@@ -48,6 +48,22 @@ def test_progress_counts_hosts_and_keeps_failures(tmp_path, live):
         assert "torchfleet: Install\n" in text and "torchfleet: n2: FAILED: Check\n" in text
 
 
+@pytest.mark.parametrize("live", [False, True])
+def test_a_modules_warning_is_shown_whole(live):
+    import io
+
+    stream = io.StringIO()
+    progress = ansible_calls.Progress(stream=stream, live=live, width=80)
+    progress({"event": "runner_on_ok", "event_data": {"host": "n0", "task": "Start", "res": {}}})
+    progress({"event": "runner_on_ok", "event_data": {"host": "n0", "task": "Launch", "res": {
+        "warnings": ["run board entries not counted, as not their owners' or not entries: n1: 1 of nobody"]}}})
+    text = stream.getvalue()
+    assert ("torchfleet: n0: warning: run board entries not counted, as not their owners' or not entries: "
+            "n1: 1 of nobody\n") in text
+    if live:  # written over the hosts' line, which is drawn again below it
+        assert text.index("\x1b[1F\x1b[J") < text.index("warning:") < text.rindex("n0 ")
+
+
 def test_the_live_display_fits_80_columns_and_redraws_exactly_its_lines():
     import io
     import re
@@ -118,3 +134,16 @@ def test_a_ctrl_c_before_the_launch_is_followed_is_heard_never_raised_and_no_pla
             ctrl_c.follow()  # following the run: the Ctrl-C heard ends it now
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_the_live_display_on_a_guarded_terminal_draws_its_own_escapes_and_shows_the_rest_as_text():
+    import io
+
+    from torchfleet.ansible_calls import Progress
+    from torchfleet.screen import Inert
+    terminal = io.StringIO()
+    progress = Progress(stream=Inert(terminal), live=True, width=200)
+    for _count in range(2):  # a task's name may hold what a node said (a templated item)
+        progress({"event": "runner_on_ok", "event_data": {"host": "n1", "task": "Stop \x1b]0;pwned\x07", "res": {}}})
+    assert terminal.getvalue() == ("\x1b[2Kn1   1 tasks   0 changed 0 failed ok     Stop \\x1b]0;pwned\\x07\n"
+                                   "\x1b[1F\x1b[2Kn1   2 tasks   0 changed 0 failed ok     Stop \\x1b]0;pwned\\x07\n")

@@ -141,3 +141,27 @@ def test_follow_hands_the_become_password_to_sudo_on_stdin_and_says_why_it_faile
     head.become_password = "wrong"
     with pytest.raises(run_stream.FollowError, match=r"ssh exited 1: sudo: a password is required"):
         run_stream.follow(head, {}, "tf-1", ranks="none")
+
+
+def _head_saying(text: str):
+    """A head whose follower prints what the Python expression `text` makes (a stand-in for
+    `ssh HEAD COMMAND`)."""
+    return run_stream.Head("h", "torchfleet", "/runs", [sys.executable, "-c", f"import sys; sys.stdout.write({text})"])
+
+
+@pytest.mark.parametrize("text, said", [
+    ("'E ' + '[' * 100_000 + ']' * 100_000 + '\\n'", "nested too deep"),
+    ("'E [1]\\n'", "not a JSON object"),
+    ("'E {\\nE {}\\n'", "not JSON"),
+    (f"'L ' + 'x' * {(8 << 20) + 1} + '\\nE {{}}\\n'", "longer than 8 MiB"),
+])
+def test_what_the_head_sends_is_read_within_bounds_and_refused_by_name(text, said):
+    with pytest.raises(run_stream.FollowError, match=said):
+        run_stream.follow(_head_saying(text), {}, "tf-1", on_line=lambda line: None)
+
+
+def test_a_piece_without_its_text_is_no_crash():
+    shown = []
+    record = run_stream.follow(_head_saying("'P k\\nD \\nE {\"state\": \"succeeded\"}\\n'"), {}, "tf-1",
+                               on_piece=lambda *piece: shown.append(piece))
+    assert record == {"state": "succeeded"} and shown == [("P", "k", ""), ("D", "", "")]

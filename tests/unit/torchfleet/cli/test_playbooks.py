@@ -1,27 +1,64 @@
-"""The command's options and -e as ansible-playbook gets them."""
+"""The command's options and -e as ansible-playbook gets them, and its ad-hoc calls' arguments."""
 
 import json
 import subprocess
+import sys
 
 from ansible.parsing.utils.yaml import from_yaml
 
-from cli_helpers import NASTY, run_cli
+from cli_helpers import NASTY, run_cli, write_inventory
 from torchfleet.cli.parser import build_parser
-from torchfleet.cli.playbooks import passwords, playbook_args
+from torchfleet.cli.playbooks import adhoc, passwords, playbook_args
 
 
-def test_script_args_reach_ansible_untemplated_byte_for_byte():
+# Strings Ansible would run on the controller if it templated them, each touching a file: "{{ }}",
+# and a "#jinja2:" header that makes a template without "{{" (the run id a node's process names).
+def _templates(where):
+    return [f"{{{{ lookup('pipe', 'touch {where}/braces') }}}}",
+            f"#jinja2:variable_start_string:'[[',variable_end_string:']]'\n[[ lookup('pipe', 'touch {where}/header') ]]"]
+
+
+PLAYBOOK = """- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.copy:
+        content: "{{ {'script': script, 'script_args': script_args, 'run_id': run_id} | to_json }}"
+        dest: "{{ out }}"
+"""
+
+
+def test_script_args_and_run_ids_reach_ansible_untemplated_byte_for_byte(tmp_path):
     parser = build_parser()
     args = parser.parse_args(["launch", "train.py", "-e", "nproc_per_node=1"])
-    cmdline = playbook_args(args, script="/p/train.py", script_args=NASTY)
+    script_args = NASTY + _templates(tmp_path)
+    cmdline = playbook_args(args, script="/p/train.py", script_args=script_args, run_id=_templates(tmp_path)[1],
+                            out=str(tmp_path / "out.json"))
     assert cmdline[:2] == ["-e", "nproc_per_node=1"]
-    assert cmdline[2] == "-e"
     data = from_yaml(cmdline[3])  # what ansible-playbook does with -e '{...}'
-    assert data["script_args"] == NASTY and data["script"] == "/p/train.py"
-    assert [type(item) for item in data["script_args"]] != [str] * 0
-    assert all(isinstance(item, str) for item in data["script_args"])
-    # !unsafe where Jinja could see a template: Ansible never templates them.
-    assert '!unsafe "{{ 7*7 }}"' in cmdline[3] and '!unsafe "{% raw %}"' in cmdline[3]
+    assert data["script_args"] == script_args and data["script"] == "/p/train.py"
+    # The real ansible-playbook, on this machine: every value arrives as given, none ran.
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    done = subprocess.run(["ansible-playbook", "-c", "local", "-i", "localhost,", "play.yml", *cmdline[2:],
+                           "-e", f"ansible_python_interpreter={sys.executable}"],
+                          cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert not (tmp_path / "braces").exists() and not (tmp_path / "header").exists()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "out.json").read_text()) == {
+        "script": "/p/train.py", "script_args": script_args, "run_id": _templates(tmp_path)[1]}
+
+
+def test_an_adhoc_calls_arguments_are_never_templated(tmp_path, monkeypatch):
+    """The CLI's ad-hoc calls carry what nodes said (a run's log_dir, run ids): Ansible gets them
+    as data, here through the real call of ansible.builtin.debug on this machine."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path / "facts"))
+    write_inventory(tmp_path / "hosts.yml", {"node0": {"ansible_connection": "local",
+                                                       "ansible_python_interpreter": sys.executable}})
+    args = build_parser().parse_args(["runs", "-i", "hosts.yml"])
+    given = {"msg": {"dirs": _templates(tmp_path), "n": 3, "yes": True}}
+    outcome = adhoc(args, "ansible.builtin.debug", given, "cluster", [])
+    assert not (tmp_path / "braces").exists() and not (tmp_path / "header").exists()
+    assert outcome.rc == 0 and outcome.progress.results[0]["res"]["msg"] == given["msg"]
 
 
 def test_vaulted_extra_vars_and_ansibles_own_options(project, capsys):

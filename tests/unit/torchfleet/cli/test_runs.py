@@ -1,6 +1,14 @@
-"""`torchfleet runs`: every account's runs."""
+"""`torchfleet runs`: every account's runs; --prune."""
 
+import getpass
+import json
+import sys
+
+import pytest
+
+from cli_helpers import run_cli, write_inventory
 from torchfleet.cli.runs import every_accounts, progress_lines
+from torchfleet.node_values import NodeValueError, run_record
 
 
 def test_runs_of_every_account_join_the_board_and_slurms_queue_once_each():
@@ -47,3 +55,47 @@ def test_status_shows_each_ranks_step_rate_and_names_the_stragglers():
     lines = progress_lines(progress, 1_000_000.0)
     assert lines[1:] == ["  rank 0 on n0: 1 s ago, step 90, 2.0 steps/s", "  rank 1 on n0: 1 s ago, step 30, 0.5 steps/s",
                          "  straggler: rank 1 on n0: 0.50 steps/s over its last 30 s, the others 2.00 (their median)"]
+
+
+def _plant_run(runs, name, started_at, **record):
+    run_dir = runs / name
+    run_dir.mkdir(parents=True)
+    (run_dir / "state.json").write_text(json.dumps(
+        {"run_id": name, "state": "succeeded", "started_at": started_at, "log_dir": str(run_dir), **record}))
+    return run_dir
+
+
+def test_prune_never_runs_what_a_record_on_a_node_says(tmp_path, monkeypatch, capsys):
+    """Issue 60: the training account plants records whose log_dir, or run id, is a template; the
+    real `runs --prune` (its ad-hoc calls of Ansible, here against this machine) runs neither."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the account's index of runs, for torchrun_prune
+    monkeypatch.setenv("ANSIBLE_CACHE_PLUGIN_CONNECTION", str(tmp_path / "facts"))
+    log_dir = tmp_path / "runs"
+    _plant_run(log_dir, "tf-20260105-000000-abcdef", 5)  # the newest: kept
+    # The reported record (its log_dir), and a run whose very id is a template (cd: to HOME).
+    _plant_run(log_dir, "tf-20260101-000000-abcdef", 4,
+               log_dir=f"{{{{ lookup('pipe', 'id > {tmp_path}/pwned_by_log_dir') }}}}")
+    _plant_run(log_dir, "{{ lookup('pipe', 'cd; id > pwned_by_run_id') }}", 3)
+    old = _plant_run(log_dir, "tf-20260102-000000-abcdef", 1)  # a real run to prune
+    write_inventory(tmp_path / "hosts.yml", {"node0": {
+        "ansible_connection": "local", "ansible_become": False, "ansible_python_interpreter": sys.executable}},
+        cluster_user_name=getpass.getuser(), log_dir=str(log_dir))
+
+    rc, out, err = run_cli(capsys, "runs", "--prune", "--keep", "1", "-i", "hosts.yml")
+    assert not list(tmp_path.glob("pwned*")), "a record's value ran on the controller"
+    assert rc == 0, err
+    assert out == "torchfleet: pruned 1 run(s): tf-20260102-000000-abcdef\n"
+    assert not old.exists() and (log_dir / "tf-20260105-000000-abcdef").is_dir()
+    assert "left alone, not as torchfleet writes it: the record of run 'tf-20260101-000000-abcdef': log_dir" in err
+    assert "left alone, not as torchfleet writes it: the record of run \"{{ lookup('pipe'" in err
+
+
+def test_records_are_checked_to_shape():
+    assert run_record({"run_id": "tf-1", "started_at": 1.5, "log_dir": "/home/a b/runs/tf-1"})["run_id"] == "tf-1"
+    for bad in ({"run_id": "a/../b"}, {"run_id": "tf-1", "started_at": "1"}, {"run_id": "tf-1", "started_at": True},
+                {"run_id": "tf-1", "log_dir": "runs/tf-1"}, {"run_id": "tf-1", "log_dir": "/x/../tf-1"},
+                {"run_id": "tf-1", "log_dir": "/x/{{ 1 }}/tf-1"}, {"run_id": "tf-1", "log_dir": "/x/#jinja2:/tf-1"},
+                {"run_id": "tf-1", "log_dir": "/x/\x1b]0;t\x07/tf-1"}, ["tf-1"]):
+        with pytest.raises(NodeValueError):
+            run_record(bad)
