@@ -161,3 +161,22 @@ def test_a_record_planted_in_a_shared_log_dir_prunes_nothing_it_names(cluster):
             == "kept"
     finally:
         as_root(NODES[0], f"rm -rf {shared} {precious}")
+
+
+def test_a_record_the_account_planted_runs_nothing_on_the_controller(cluster, tmp_path):
+    # The training account's own record, whose log_dir is a template: prune would hand it to
+    # Ansible, which would run the lookup as the controller's user.
+    marker = tmp_path / "prune_pwned"
+    run_id = "tf-20260101-000000-abcdef"
+    record = json.dumps({"run_id": run_id, "state": "succeeded", "started_at": 1,
+                         "log_dir": "{{ lookup('pipe', 'id > " + str(marker) + "') }}"})
+    run(["docker", "exec", "-i", "-u", "torchfleet", NODES[0], "sh", "-c",
+         f"mkdir -p {HOME}/torchfleet/runs/{run_id} && cat > {HOME}/torchfleet/runs/{run_id}/state.json"],
+        input=record, timeout=60, check=True)
+    try:
+        pruned = torchfleet(cluster, "runs", "--prune", "--older-than", "36500")
+        assert pruned.returncode == 0, pruned.stderr[-2000:]
+        assert f"left alone, not as torchfleet writes it: the record of run '{run_id}'" in pruned.stderr, pruned.stderr
+        assert not marker.exists()
+    finally:
+        as_root(NODES[0], f"rm -rf {HOME}/torchfleet/runs/{run_id}")

@@ -193,3 +193,31 @@ def test_under_slurm_two_accounts_runs_queue_and_both_succeed(cluster, bob):
     record = json.loads(run(["docker", "exec", NODES[0], "cat", f"/home/{BOB}/torchfleet/runs/{second_id}/state.json"],
                             timeout=60).stdout)
     assert record["state"] == "succeeded" and record["scheduler"] == "slurm", record
+
+
+BOARD = "/var/lib/torchfleet/board"
+
+
+def test_entries_another_account_plants_on_the_board_refuse_nothing_and_are_named(cluster):
+    # On node1: daemon writes one entry nested 60,000 deep; nobody writes 71 entries named for the
+    # training account's uid (the sticky bit keeps that account from removing them).
+    uid = run(["docker", "exec", NODES[1], "id", "-u", "torchfleet"], timeout=60, check=True).stdout.strip()
+    deep = f"open('{BOARD}/1.tf-deep.json', 'w').write('[' * 60000)"
+    named = (f"import json\nfor n in range(71): "
+             f"open(f'{BOARD}/{uid}.-{{n}}.json', 'w').write(json.dumps({{'run_id': f'-{{n}}'}}))")
+    run(["docker", "exec", "-u", "daemon", NODES[1], "python3", "-c", deep], timeout=60, check=True)
+    run(["docker", "exec", "-u", "nobody", NODES[1], "python3", "-c", named], timeout=60, check=True)
+    try:
+        done = torchfleet(cluster.env, cluster, "launch", TICKER, "-e", "nproc_per_node=1", "--", *SHORT)
+        said = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode == 0, said[-3000:]
+        # Named in one line of the launch's output, as what they are: never a refusal, never ssh.
+        line = said[said.find("run board entries not counted"):][:700]
+        print(line)
+        assert f"{NODES[1]}: 1 of daemon (not an entry: JSON nested deeper than" in line, said[-3000:]
+        assert "64 of nobody (its name speaks for another account" in line, line
+        assert "1 of nobody (beyond the 64 read of one account: 7 more)" in line, line
+        assert "cannot reach" not in said
+    finally:
+        run(["docker", "exec", NODES[1], "find", BOARD, "(", "-user", "nobody", "-o", "-user", "daemon", ")",
+             "-delete"], timeout=60)
