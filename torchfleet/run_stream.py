@@ -185,7 +185,7 @@ def deliver(raw: str, on_line=None, on_piece=None) -> dict | None:
         if on_line:
             on_line(raw[2:])
     elif raw.startswith(follower.PIECES):
-        kind, (key, _, text) = raw[0], raw[2:].partition(" ")
+        kind, (key, _space, text) = raw[0], raw[2:].partition(" ")
         if on_piece:
             on_piece(kind, key, text)
         elif on_line and kind != "R" and (kind != "P" or text.strip()):

@@ -21,7 +21,7 @@ description:
     the wheel itself (served by M(torchfleet.cluster.wheel_server) with
     O(torchfleet.cluster.wheel_server#module:pending=true)) is asked again until O(timeout). A
     source that cannot be reached, or does not have the wheel, or sends other bytes, is passed
-    over for the next. No download writes more than the wheel's C(size): a source that announces
+    over for the next. No download writes more than the wheel's C(size); a source that announces
     or sends more is cut off at that size, its temporary file removed, and passed over too, so
     whatever answers on a source's port cannot fill the node's disk.
   - Without O(sources), only reports what is missing or altered (RV(missing), RV(corrupt)).

@@ -78,6 +78,7 @@ def _own_names(board: str, uid: int, run_id: str) -> list[str]:
 
 _STATX_BTIME, _AT_EMPTY_PATH, _AT_SYMLINK_NOFOLLOW = 0x800, 0x1000, 0x100
 
+
 def _libc_statx():
     try:
         return ctypes.CDLL(None, use_errno=True).statx
@@ -300,7 +301,7 @@ def announce(entry: dict, board: str | None = None) -> bool:
                         f"and remove its entries of runs long gone (they are this account's own: "
                         f"{', '.join(sorted(mine)[:3])}{' ...' if count > 3 else ''} in {board})")
     data = json.dumps(entry, sort_keys=True).encode()
-    for _ in range(_NEW_TRIES):
+    for _try in range(_NEW_TRIES):
         partial = os.path.join(board, f".{uid}.{secrets.token_hex(16)}.new")
         try:
             fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
