@@ -205,6 +205,8 @@ class Run:
             if not missing:
                 everywhere.set()
                 return
+            if over.is_set():  # the launcher ended while it looked: nothing of it to judge
+                return
             if time.monotonic() >= deadline:
                 late.extend(missing)
                 return
@@ -320,6 +322,9 @@ class Run:
                     liveness = self.watch(progress, globs)
                 try:
                     proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
+                    # It ended by itself: a start-watch look that ran past start_timeout meanwhile
+                    # judged a launcher already done, and its own end tells how the run went.
+                    end.late = []
                     break
                 except subprocess.TimeoutExpired:
                     pass
