@@ -37,7 +37,7 @@ from .processes import SUPERVISOR_VAR, end_run
 from .record import STATE_FILE, RunRecord, SupervisorPlan
 from .report import now_iso
 from .slurm_job import SlurmJob
-from .transitions import Owner, RecordKeeper, RecordRefused
+from .transitions import Owner, RecordKeeper, RecordRefused, to_log
 
 START_FIRST_LOOK = 5.0  # seconds from the launcher's start to the start watch's first look
 START_POLL = 1.0  # seconds between the start watch's later looks at the nodes
@@ -552,8 +552,11 @@ def start(python: str, package_dir: str, run_dir: str, env: dict) -> subprocess.
 
 def _exit(code: int) -> None:
     """Leave at once, the record written: no thread (an ssh check, a beat) holds the exit up."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # a full disk under supervisor.log: the record says how the run ended
+            pass
     os._exit(code)
 
 
@@ -571,16 +574,16 @@ def main(argv: list[str]) -> int:
     try:
         record = attempts.supervise(run)
     except RecordRefused as refused:  # another supervisor holds the run: nothing of it is ours
-        sys.stderr.write(f"torchfleet: the supervisor leaves run {run.plan.run_id} alone: {refused}\n")
+        to_log(f"torchfleet: the supervisor leaves run {run.plan.run_id} alone: {refused}\n")
         _exit(1)
     except Exception as err:  # noqa: BLE001 - the run is ended and recorded, never left running
-        traceback.print_exc()
+        to_log(traceback.format_exc())
         ended = run.abort()
         try:
             run.keeper.end("failed", ended=now_iso(), rc=1,
                            msg=report.supervisor_failed_message(run.plan.run_id, err, ended, run_dir))
         except Exception:  # noqa: BLE001 - its guardian records the run lost
-            traceback.print_exc()
+            to_log(traceback.format_exc())
         _exit(1)
     _exit(0 if record.state == "succeeded" else 1)
     return 1

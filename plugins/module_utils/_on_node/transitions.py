@@ -116,6 +116,16 @@ def read_state_of(on_disk: dict) -> str | None:
     return on_disk.get("state")
 
 
+def to_log(text: str) -> None:
+    """Text for supervisor.log (the supervisor's stderr), which may lie on the disk that just
+    filled: what cannot be written there is dropped, never raised into the run."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except OSError:
+        pass
+
+
 class RecordKeeper:
     """A supervisor's hold on its run's record: the record as last written, and its transitions.
     A write that fails for a full disk along the run is skipped (the next says more), unless it
@@ -157,7 +167,7 @@ class RecordKeeper:
                 if not final and required:
                     raise
                 if not final:
-                    sys.stderr.write(f"cannot write the run's record now: {err}\n")  # supervisor.log
+                    to_log(f"cannot write the run's record now: {err}\n")
                     self.record = record
                     return record
                 release_space(self.run_dir)
@@ -183,5 +193,5 @@ def abandon(run_dir: str, owner: Owner, clean_up) -> bool:
         try:
             write_state(run_dir, base.updated(state=S.LOST.value, **changes).to_dict())
         except OSError as err:
-            sys.stderr.write(f"cannot write the run's record: {err}\n")
+            to_log(f"cannot write the run's record: {err}\n")
     return True

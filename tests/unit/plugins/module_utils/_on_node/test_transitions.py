@@ -93,3 +93,28 @@ def test_the_injected_fault_fails_the_first_write_after_the_launcher_started(tmp
     with pytest.raises(OSError, match="failed on purpose"):
         keeper.update(msg="x")
     assert keeper.end("failed", rc=1).state == "failed"  # once only
+
+
+def test_a_full_disk_under_the_record_and_its_log_skips_the_write_and_raises_nothing(tmp_path, monkeypatch):
+    # The run directory's file system full: the record's write fails, and so does the line that
+    # says so in supervisor.log (the supervisor's stderr, on the same disk).
+    keeper = _keeper(tmp_path)
+    keeper.begin()
+    keeper.launched()
+
+    def full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(transitions, "write_state", full)
+    # Line-buffered, as Python keeps a stderr that is a file: each line is written at once.
+    disk_full = open("/dev/full", "w", buffering=1, encoding="utf-8")  # every write: ENOSPC
+    monkeypatch.setattr(sys, "stderr", disk_full)
+    try:
+        record = keeper.update(progress={"0": "step 7"})
+    finally:
+        monkeypatch.undo()
+        try:
+            disk_full.close()  # what it kept of the line fails once more
+        except OSError:
+            pass
+    assert record.progress == {"0": "step 7"}  # kept, for the next write that has room
+    assert read_state(str(tmp_path))["state"] == "running"
