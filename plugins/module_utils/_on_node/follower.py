@@ -278,7 +278,9 @@ class RunOutput:
 
     def finish(self):
         """The run has ended: every node's rest, in batches of lines; a node's reader is given
-        up after REMOTE_QUIET seconds of silence (a node lost with the run)."""
+        up after REMOTE_QUIET seconds of silence since the end began, or since it last spoke (a
+        node lost with the run): a node quiet before the end still sends its last line."""
+        began = time.monotonic()
         for reader in self.readers:
             reader.finish()
         while True:
@@ -286,7 +288,7 @@ class RunOutput:
             if lines or more:
                 yield lines
                 continue
-            quiet = [r for r in self.readers if time.monotonic() - r.heard > REMOTE_QUIET]
+            quiet = [r for r in self.readers if time.monotonic() - max(r.heard, began) > REMOTE_QUIET]
             for reader in quiet:
                 reader.proc.kill()
             if not self.readers:

@@ -393,3 +393,17 @@ def test_a_spare_that_came_in_is_followed_as_every_other_node(tmp_path):
     out = io.StringIO()
     fl.follow(str(run_dir), "node:n2", out=out)
     assert _as_piped(out)[:-1] == ["L [rank 2 n2] from the spare's files"]
+
+
+def test_a_node_quiet_before_the_end_still_gives_its_last_line(tmp_path, monkeypatch):
+    # Its reader said nothing for longer than REMOTE_QUIET before the run ended; its last line (a
+    # progress bar's final state) comes once its stdin closes, and is shown, not cut off.
+    monkeypatch.setattr(fl, "REMOTE_QUIET", 1)
+    ssh = _scripted_ssh(tmp_path, "import time\nout.write(b'=2\\n-\\n0 o L early\\n'); out.flush()\n"
+                                  "sys.stdin.read()\ntime.sleep(0.3)\nout.write(b'0 o L the last state\\n')")
+    run_dir, _workers = _worker_run(tmp_path, ("n0", "n1"), ssh=ssh)
+    rr.write_state(str(run_dir), running_record(state="succeeded", rc=0, nodes=["n0", "n1"], slots=[2, 2]))
+    output = fl.RunOutput(str(run_dir), rr.read_state(str(run_dir)), "all", True)
+    time.sleep(1.5)  # quiet past REMOTE_QUIET before the end
+    texts = [text for lines in output.finish() for _kind, _key, text in lines]
+    assert any("the last state" in text for text in texts), texts
