@@ -124,6 +124,7 @@ class Progress:
         self.nodes, self.nproc, self.slots, self.timeout = nodes, nproc, slots, timeout
         self.ranks: dict[int, RankProgress] = {}
         self.latest: float | None = None  # the newest progress of any rank
+        self.marking = False  # whether a rank marked a step (TORCHFLEET_STEP): then steps are progress
         self.longest_gap = 0.0
         self.paused_until: float | None = None  # the last moment a node was not alive
         self.stragglers: dict[int, tuple[float, float]] = {}  # rank: (its rate, the others'), once judged
@@ -158,9 +159,15 @@ class Progress:
         with self.lock:
             entry = self.ranks.setdefault(rank, RankProgress(node, now))
             entry.last = now
+            stepped = step is not None and step != entry.step
             if step is not None:
                 entry.step = step
                 entry.marked(step, now)
+                self.marking = True
+            # Once ranks mark their steps, a step is progress, not output: a logging thread or a
+            # DataLoader worker printing on while every rank is stuck at one step is no progress.
+            if not stepped and self.marking:
+                return
             if self.latest is not None:
                 self.longest_gap = max(self.longest_gap, now - self.latest)
             self.latest = now if self.latest is None else max(self.latest, now)

@@ -143,3 +143,23 @@ def test_the_head_scans_its_own_files_in_a_thread(tmp_path):
     finally:
         local.close()
     assert progress.ranks[1].node == "n0"
+
+
+def test_where_ranks_mark_steps_output_at_a_frozen_step_is_no_progress():
+    # Every rank marks its steps up to 20 (rank 2 to 19), then all stall in a collective, while a
+    # thread on each rank prints a line every 3 s: hung once the marks are frozen for the timeout.
+    progress = _progress(timeout=60)
+    for tick in range(20):
+        for rank in range(6):
+            progress.saw(f"/w/node{rank // 2}/x/attempt_0/{rank % 2}/stdout.log", min(tick + 1, 19 if rank == 2 else 20),
+                         float(tick))
+    for at in range(21, 300, 3):  # the chatter: output, no new step
+        for rank in range(6):
+            progress.saw(f"/w/node{rank // 2}/x/attempt_0/{rank % 2}/stdout.log", None, float(at))
+    hung = progress.hung(19.0 + 61)
+    assert hung is not None and hung["since"] == 19.0 and hung["stopped_first"] == [2], hung
+    # Before any mark, output is progress (the start: imports, data loading).
+    quiet = _progress(timeout=60)
+    for at in range(0, 100, 3):
+        quiet.saw("/w/node0/x/attempt_0/0/stdout.log", None, float(at))
+    assert quiet.hung(100.0) is None
