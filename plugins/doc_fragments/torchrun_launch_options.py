@@ -220,11 +220,13 @@ options:
   hang_timeout:
     description:
       - Seconds a run may make no progress while every node is alive before it is hung. A rank makes
-        progress when it writes to its output (any line, a carriage-return redraw of a progress bar)
-        or prints the mark C(TORCHFLEET_STEP N) on a line of its own; a node silent or paused stops
-        the clock (O(heartbeat_timeout) judges it). A hung attempt is ended, naming the ranks that
-        stopped first (the lowest step marked, else the oldest progress), and restarted under
-        O(max_restarts) on the same nodes; else the run ends V(hung) (exit code 123).
+        progress when it writes to its output (any line, a carriage-return redraw of a progress
+        bar); once a rank has printed the mark C(TORCHFLEET_STEP N) at a line's start, only a mark
+        that changes a rank's step is progress, so output at a frozen step (a logging thread) is
+        not; a node silent or paused stops the clock (O(heartbeat_timeout) judges it). A hung
+        attempt is ended, naming the ranks that stopped first (the lowest step marked, else the
+        oldest progress), and restarted under O(max_restarts) on the same nodes; else the run ends
+        V(hung) (exit code 123).
       - "V(auto) learns the timeout from the run: 3 times the longest gap seen between two progress
         of the run, and never under 600 s (NCCL's own watchdog default). Nothing is judged before
         the first progress (the start is O(start_timeout)'s). V(0) never judges. Other values are
