@@ -125,6 +125,7 @@ class Progress:
         self.ranks: dict[int, RankProgress] = {}
         self.latest: float | None = None  # the newest progress of any rank
         self.marking = False  # whether a rank marked a step (TORCHFLEET_STEP): then steps are progress
+        self.rank_files = False  # whether the ranks' files are Open MPI's per rank (rank mode)
         self.longest_gap = 0.0
         self.paused_until: float | None = None  # the last moment a node was not alive
         self.stragglers: dict[int, tuple[float, float]] = {}  # rank: (its rate, the others'), once judged
@@ -138,10 +139,16 @@ class Progress:
             return index * self.nproc + int(found.group(2)), node
         found = _RANK_FILE.search(path)
         if found:
+            self.rank_files = True  # rank mode: a rank's node is the one holding its slot
             rank = int(found.group(1))
             owner = slot_owner(rank, self.slots)
             return rank, self.nodes[owner] if owner is not None else None
         return None
+
+    def node_of(self, rank: int) -> str | None:
+        """The node a rank runs on, by the attempt's layout (torchrun: nproc a node; rank mode: slots)."""
+        index = slot_owner(rank, self.slots) if self.rank_files else rank // self.nproc
+        return self.nodes[index] if index is not None and index < len(self.nodes) else None
 
     def line(self, line: bytes, now: float | None = None) -> None:
         """A scan's line ("P SIZE STEP PATH"), as a node's beat or the head's scan said it."""
@@ -246,7 +253,10 @@ class Progress:
         """The ranks as a sentence names them: rank 2 on node2 (step 19, last progress at T)."""
         parts = []
         for rank in ranks[:NAMED]:
-            entry = self.ranks[rank]
+            entry = self.ranks.get(rank)
+            if entry is None:  # it never wrote (only rank 0 prints, say): named by its place
+                parts.append(f"rank {rank} on {self.node_of(rank) or '?'} (no output)")
+                continue
             step = f"step {entry.step}, " if entry.step is not None else ""
             parts.append(f"rank {rank} on {entry.node or '?'} ({step}last progress at {wall(entry.last)})")
         more = f" and {len(ranks) - NAMED} more" if len(ranks) > NAMED else ""

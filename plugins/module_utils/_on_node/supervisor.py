@@ -396,15 +396,7 @@ class Run:
             self.keeper.update(progress=last)  # the stragglers named at the end are the end report's
         if end.hung and progress is not None:  # the ranks named, with the top of their stacks (hung: progress's verdict)
             taken = end.hung.pop("stacks", None) or {}
-            top = {rank: stacks.top_frames(taken[rank]["stacks"])
-                   for rank in end.hung["stopped_first"] if taken.get(rank, {}).get("stacks")}
-            outside = stacks.behind({rank: took.get("entered") or {} for rank, took in taken.items()})
-            end.hung["named"] = progress.named(end.hung["stopped_first"], wall_time) + "".join(
-                f"; rank {rank}'s stack: {' <- '.join(frames)}" for rank, frames in top.items() if frames) + "".join(
-                f"; rank {rank} not in collective #{others} the others entered (its newest: #{seq}; "
-                f"torch's flight recorder)" for rank, (seq, others) in outside.items())
-            if outside:
-                end.hung["outside_collective"] = sorted(outside)
+            end.hung.update(hang_named(progress, end.hung["stopped_first"], taken, wall_time))
             end.hung["stacks"] = sorted(taken)
         return end
 
@@ -532,6 +524,22 @@ class Run:
             close_ssh_masters(plan.ssh, plan.control_dir, [node.address for node in self.nodes
                                                            if node.name != plan.head])
         return said
+
+
+def hang_named(progress: Progress, stopped_first: list, taken: dict, wall) -> dict:
+    """Who a hang names, from progress's verdict (`stopped_first`) and the ranks' stacks and
+    flight recorders (`taken`, stacks.take): where the recorder shows ranks outside the
+    collective the others entered, those are the ranks the others wait for, whether or not they
+    ever printed (with `if rank == 0: print`, progress sees rank 0 alone, waiting in the
+    collective). {stopped_first, named[, outside_collective]}."""
+    outside = stacks.behind({rank: took.get("entered") or {} for rank, took in taken.items()})
+    first = sorted(outside) or stopped_first
+    top = {rank: stacks.top_frames(taken[rank]["stacks"]) for rank in first if taken.get(rank, {}).get("stacks")}
+    named = progress.named(first, wall) + "".join(
+        f"; rank {rank}'s stack: {' <- '.join(frames)}" for rank, frames in top.items() if frames) + "".join(
+        f"; rank {rank} not in collective #{others} the others entered (its newest: #{seq}; "
+        f"torch's flight recorder)" for rank, (seq, others) in outside.items())
+    return {"stopped_first": first, "named": named, **({"outside_collective": sorted(outside)} if outside else {})}
 
 
 def start(python: str, package_dir: str, run_dir: str, env: dict) -> subprocess.Popen:

@@ -14,6 +14,7 @@ from torchfleet import run_stream
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_start as start
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import processes
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node import supervisor, transitions
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.progress import Progress
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.record import (
     PLAN_FILE,
     read_state,
@@ -177,3 +178,16 @@ def test_a_run_that_fills_its_disk_still_records_how_it_ended(tmp_path, supervis
         assert not (small / "tf-unit-full" / "state.reserve").exists()  # given back once used
     finally:
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_a_hang_names_the_rank_the_flight_recorder_shows_outside_the_collective_though_it_never_printed():
+    # Only rank 0 prints (if rank == 0: print), so progress knows rank 0 alone; every rank's
+    # recorder says ranks 0, 1 and 3 entered collective #31 and rank 2 is at #30.
+    progress = Progress(["n0", "n1"], 2, [2, 2], 60)
+    progress.saw("/w/node0/x/attempt_0/0/stdout.log", 20, 100.0)
+    taken = {rank: {"stacks": f'Current thread 0x1 (most recent call first):\n  File "t.py", line 9 in at_{rank}\n',
+                    "entered": {"0": 30 if rank == 2 else 31}} for rank in range(4)}
+    said = supervisor.hang_named(progress, progress.hung(200.0)["stopped_first"], taken, lambda t: f"T{t:.0f}")
+    assert said["stopped_first"] == [2] and said["outside_collective"] == [2], said
+    assert said["named"].startswith("rank 2 on n1 (no output); rank 2's stack: File \"t.py\", line 9 in at_2"), said["named"]
+    assert "rank 2 not in collective #31 the others entered (its newest: #30" in said["named"], said["named"]
