@@ -58,21 +58,31 @@ def ssh_port(ssh: str, address: str) -> int:
 
 
 # Run on each node by its own interpreter (-S: the standard library alone), with the patterns of
-# its ranks' files as arguments: each beat is a line, after the lines of the files that grew
-# (progress.SCAN). It ends at its first write once the head closes the session.
+# its ranks' files as arguments: a beat a line every BEAT_EVERY s, and the lines of the files that
+# grew (progress.SCAN) as a thread of its own finds them, so a log file system that stalls (an NFS
+# or Lustre metadata server) holds the scan, never the beat. It ends at its first write once the
+# head closes the session.
 BEAT = (
-    "import sys, time\n"
+    "import sys, threading, time\n"
     + SCAN +
     "out = sys.stdout.buffer\n"
-    "globs, sizes = sys.argv[1:], {}\n"
+    "globs, sizes, lock = sys.argv[1:], {}, threading.Lock()\n"
     "with open('/proc/sys/kernel/random/boot_id', 'rb') as handle:\n"
     "    out.write(handle.read().strip() + b'\\n')\n"
     "out.flush()\n"
+    "def said(line):\n"
+    "    with lock:\n"
+    "        out.write(line)\n"
+    "def scanning():\n"
+    "    while True:\n"
+    f"        time.sleep({BEAT_EVERY})\n"
+    "        scan(globs, sizes, said)\n"
+    "threading.Thread(target=scanning, daemon=True).start()\n"
     "while True:\n"
     f"    time.sleep({BEAT_EVERY})\n"
-    "    scan(globs, sizes, out.write)\n"
-    "    out.write(b'.\\n')\n"
-    "    out.flush()\n"
+    "    with lock:\n"
+    "        out.write(b'.\\n')\n"
+    "        out.flush()\n"
 )
 
 

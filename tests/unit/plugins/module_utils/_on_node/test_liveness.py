@@ -2,6 +2,7 @@
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from types import SimpleNamespace
@@ -163,3 +164,20 @@ def test_a_nodes_beat_carries_its_ranks_progress_to_the_head(tmp_path):
         assert watch.verdicts()["n1"].state is NodeState.ALIVE  # its lines are beats too
     finally:
         watch.close()
+
+
+def test_a_stalled_scan_of_the_ranks_files_never_stops_the_beat(tmp_path):
+    # The scan stood in for by one that blocks 30 s, as os.stat does on a stalled NFS: the beat
+    # program, as a node runs it, still beats every second.
+    program = liveness.BEAT.replace("out = sys.stdout.buffer\n", "def scan(*_args):\n    time.sleep(30)\n"
+                                    "out = sys.stdout.buffer\n", 1)
+    proc = subprocess.Popen([sys.executable, "-S", "-c", program, str(tmp_path / "*.log")], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip()  # the boot id
+        began = time.monotonic()
+        beats = [proc.stdout.readline() for _ in range(3)]
+        assert beats == [b".\n"] * 3 and time.monotonic() - began < 10, beats
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
