@@ -6,7 +6,8 @@ of its own before marking that step; the others mark it and wait for it in the a
 With --for-seconds, every rank steps apart from the others for that long (no collective until
 the end), the rank named by --slow-rank four times slower: a straggler, the one named by --bar-rank
 drawing a `\r` progress bar instead of marks; then, with --quiet-for,
-rank 0 writes nothing for that long (an evaluation, a checkpoint) while the others wait for it."""
+rank 0 writes nothing for that long (an evaluation, a checkpoint) while the others wait for it.
+With --chatter, a thread on every rank prints a line that often, whatever the steps do."""
 
 import argparse
 import os
@@ -15,6 +16,12 @@ import time
 
 import torch
 import torch.distributed as dist
+
+
+def chatter(every):
+    while True:
+        time.sleep(every)
+        print("a logging thread's line", flush=True)
 
 
 def stuck_in_a_function_of_its_own():
@@ -31,9 +38,13 @@ def main():
     parser.add_argument("--slow-rank", type=int, default=None)
     parser.add_argument("--quiet-for", type=float, default=0.0)
     parser.add_argument("--bar-rank", type=int, default=None)
+    parser.add_argument("--chatter", type=float, default=None,
+                        help="every rank also prints a line this often from a thread (a logger), steps or not")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if args.chatter:
+        threading.Thread(target=chatter, args=(args.chatter,), daemon=True).start()
     if args.for_seconds:
         step_apart(rank, args)
         return

@@ -24,10 +24,12 @@ STOPPING = "tests/integration/stopping_rank.py"
 
 
 def test_a_rank_that_blocks_is_found_hung_shown_with_its_stack_and_the_restart_succeeds(cluster):
+    # A thread on every rank prints a line every 3 s all along (a logger): once the ranks mark
+    # their steps, output at a frozen step is no progress.
     run_id = f"tf-hang-{uuid.uuid4().hex[:8]}"
     launched = torchfleet(cluster, "launch", STOPPING, "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
                           "--max-restarts", "1", "--hang-timeout", "60", "--detach",
-                          "--", "--stop-rank", "2", "--stop-at", "20")
+                          "--", "--stop-rank", "2", "--stop-at", "20", "--chatter", "3")
     assert launched.returncode == 0, launched.stderr[-3000:]
     # While it hangs: past half the timeout it is stalled?. (Until rank 2 is: each rank's progress is
     # dated when the head sees it, so the others' may pass half the timeout a second before.)

@@ -165,7 +165,6 @@ class Progress:
         rank, node = owner
         with self.lock:
             entry = self.ranks.setdefault(rank, RankProgress(node, now))
-            entry.last = now
             stepped = step is not None and step != entry.step
             if step is not None:
                 entry.step = step
@@ -175,6 +174,7 @@ class Progress:
             # DataLoader worker printing on while every rank is stuck at one step is no progress.
             if not stepped and self.marking:
                 return
+            entry.last = now
             if self.latest is not None:
                 self.longest_gap = max(self.longest_gap, now - self.latest)
             self.latest = now if self.latest is None else max(self.latest, now)

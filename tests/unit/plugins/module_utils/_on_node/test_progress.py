@@ -158,6 +158,8 @@ def test_where_ranks_mark_steps_output_at_a_frozen_step_is_no_progress():
             progress.saw(f"/w/node{rank // 2}/x/attempt_0/{rank % 2}/stdout.log", None, float(at))
     hung = progress.hung(19.0 + 61)
     assert hung is not None and hung["since"] == 19.0 and hung["stopped_first"] == [2], hung
+    # Its last progress is its last step, not the logger's latest line.
+    assert progress.named([2], lambda t: f"T{t:.0f}") == "rank 2 on n1 (step 19, last progress at T18)"
     # Before any mark, output is progress (the start: imports, data loading).
     quiet = _progress(timeout=60)
     for at in range(0, 100, 3):
