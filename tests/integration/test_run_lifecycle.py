@@ -241,7 +241,7 @@ def test_the_commands_death_leaves_no_ansible_playbook_behind(cluster):
         playbook = wait_until(playbook_pids, 60, "the command's ansible-playbook")[0]
         with open(f"/proc/{playbook}/cmdline") as handle:
             extra = next(arg for arg in handle.read().split("\0") if '"run_id"' in arg)
-        run_id = json.loads(extra)["run_id"]
+        run_id = json.loads(extra)["run_id"]["__ansible_unsafe"]  # the command's own -e: data, never templated
         os.killpg(launch.process.pid, signal.SIGKILL)
         launch.wait(60)
     finally:
