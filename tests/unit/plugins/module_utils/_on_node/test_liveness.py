@@ -175,7 +175,7 @@ def test_a_stalled_scan_of_the_ranks_files_never_stops_the_beat(tmp_path):
     try:
         assert proc.stdout.readline().strip()  # the boot id
         began = time.monotonic()
-        beats = [proc.stdout.readline() for _ in range(3)]
+        beats = [proc.stdout.readline() for _beat in range(3)]
         assert beats == [b".\n"] * 3 and time.monotonic() - began < 10, beats
     finally:
         proc.kill()
