@@ -22,11 +22,15 @@ UP_AND_CLEAR = "\x1b[{}A\r\x1b[J"  # ANSI: the cursor up N rows, then clear to t
 # starts every escape sequence (OSC 52 writes the clipboard, OSC 0 the title, CSI moves the cursor
 # and clears the screen): shown as text, the rest of a sequence is text too.
 CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Colours and text styles (SGR, CSI ... m) alone pass as they are, as `less -R` passes them: a log
+# coloured by its logger stays readable, and SGR neither moves the cursor nor talks to the host.
+_COLOUR_OR_CONTROL = re.compile("(\x1b\\[[0-9;:]{0,32}m)|" + CONTROLS.pattern)
 
 
 def inert(text: str) -> str:
-    """`text` with each control character a terminal would act on shown as its escape (\\x1b)."""
-    return CONTROLS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+    """`text` with each control character a terminal would act on shown as its escape (\\x1b);
+    colours kept."""
+    return _COLOUR_OR_CONTROL.sub(lambda found: found.group(1) or f"\\x{ord(found.group()):02x}", text)
 
 
 class Inert:

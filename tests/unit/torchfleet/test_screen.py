@@ -48,6 +48,9 @@ def test_controls_are_shown_as_text_tab_and_carriage_return_kept():
     assert not screen.CONTROLS.search(shown) and "\x1b" not in shown and "\x9b" not in shown
     assert shown.startswith("\\x1b]0;pwned\\x07 \\x1b]52;c;") and "\\x1b[2J\\x1b[H \\x9b31m" in shown
     assert "tab\there cr\rend" in shown and screen.inert(shown) == shown  # kept; the same twice
+    # A logger's colours pass as they are; a colour's look-alike that is a command does not.
+    assert screen.inert("\x1b[1;32mINFO\x1b[0m ok") == "\x1b[1;32mINFO\x1b[0m ok"
+    assert screen.inert("\x1b[2Jx\x1b[31;1H") == "\\x1b[2Jx\\x1b[31;1H"
 
 
 def test_live_shows_a_ranks_lines_and_bars_as_text_and_draws_with_its_own_escapes(monkeypatch):
