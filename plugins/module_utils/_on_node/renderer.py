@@ -90,13 +90,11 @@ def _script(plan: Plan, nnodes: int, nproc: int, head: Node, mixed_ifaces: bool)
                    f'TORCHFLEET_STACKS_DIR={shlex.quote(plan.stacks_dir or "")}; ')
     if plan.request.mode != "rank":  # a torchrun agent a node, its node rank the launcher's
         return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, launcher_of(plan.request).node_rank))
-    # Fail loudly rather than start every process as rank "" when not under Open MPI. -u: each
-    # rank's print reaches its file as it is printed, as torchrun's own workers (`python -u`) do;
-    # block-buffered, a rank printing a short line a step would look silent, then hung.
+    # Fail loudly rather than start every process as rank "" when not under Open MPI.
     return (f'{prefix}: "${{OMPI_COMM_WORLD_RANK:?not started by Open MPI mpirun}}"; '
             'export RANK="$OMPI_COMM_WORLD_RANK" LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" '
             'WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"; '
-            f'exec {shlex.quote(plan.request.python)} -u {shlex.quote(_script_path(plan))} "$@"')
+            f'exec {shlex.quote(plan.request.python)} {shlex.quote(_script_path(plan))} "$@"')
 
 
 def render(plan: Plan) -> Rendered:

@@ -122,7 +122,7 @@ def test_rank_mode_shape_with_uneven_slots():
     for name in ("MASTER_ADDR", "MASTER_PORT", "TORCHFLEET_RUN_ID"):
         assert ["-x", name] == argv[argv.index(name) - 1:argv.index(name) + 1]
     script = shell_tail(argv)[2]
-    assert script.endswith('exec /opt/env/bin/python -u /opt/tf/train.py "$@"')
+    assert script.endswith('exec /opt/env/bin/python /opt/tf/train.py "$@"')
     assert rendered.world_size == 6
 
 

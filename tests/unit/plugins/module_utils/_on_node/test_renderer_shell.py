@@ -129,7 +129,7 @@ def test_rank_mode_maps_open_mpi_variables(tmp_path, fake_program):
     result = run_rank_shell(rendered.argv, {**rendered.env, **ompi}, tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["argv"] == ["-u", "/opt/tf/train.py", *args]  # unbuffered, as torchrun runs its workers
+    assert report["argv"] == ["/opt/tf/train.py", *args]
     assert report["env"] == {"RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "6",
                              "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "172.18.0.2",
                              "MASTER_PORT": "29611", "TORCHFLEET_RUN_ID": "run-1",
