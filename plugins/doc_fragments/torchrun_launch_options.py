@@ -222,8 +222,8 @@ options:
       - Seconds a run may make no progress while every node is alive before it is hung. A rank makes
         progress when it writes to its output (any line, a carriage-return redraw of a progress
         bar); once a rank has printed the mark C(TORCHFLEET_STEP N) at a line's start, only a mark
-        that changes a rank's step is progress, so output at a frozen step (a logging thread) is
-        not; a node silent or paused stops the clock (O(heartbeat_timeout) judges it). A hung
+        that changes its step is that rank's progress, so output at a frozen step (a logging thread)
+        is not; a node silent or paused stops the clock (O(heartbeat_timeout) judges it). A hung
         attempt is ended, naming the ranks that stopped first (the lowest step marked, else the
         oldest progress), and restarted under O(max_restarts) on the same nodes; else the run ends
         V(hung) (exit code 123).

@@ -235,16 +235,16 @@ OPTIONS: tuple[Option, ...] = (
                "A run that fails while a node is silent names that node first, as the cause of the ranks elsewhere "
                "that failed after it.",
                "Open MPI modes with O(check_nodes). V(0) leaves a silent node to O(silent_node_timeout).")),
-    Option("hang_timeout", "str", "Seconds a run may make no progress (no rank writes any output or, once "
-           "ranks mark their steps, no TORCHFLEET_STEP mark moves) while its nodes are alive before it is hung: its attempt is ended and "
+    Option("hang_timeout", "str", "Seconds a run may make no progress (no rank writes any output or, for a "
+           "rank that marks its steps, no TORCHFLEET_STEP mark of it moves) while its nodes are alive before it is hung: its attempt is ended and "
            "restarted under max_restarts, else the run ends hung. auto learns it from the run (3 times the "
            "longest gap seen between progress, at least 10 minutes); 0 never.", default="auto",
            short="hang_timeout",
            module_doc=(
                "Seconds a run may make no progress while every node is alive before it is hung. A rank makes "
                "progress when it writes to its output (any line, a carriage-return redraw of a progress bar); once "
-               "a rank has printed the mark C(TORCHFLEET_STEP N) at a line's start, only a mark that changes a "
-               "rank's step is progress, so output at a frozen step (a logging thread) is not; a node silent or paused stops the clock "
+               "a rank has printed the mark C(TORCHFLEET_STEP N) at a line's start, only a mark that changes its "
+               "step is that rank's progress, so output at a frozen step (a logging thread) is not; a node silent or paused stops the clock "
                "(O(heartbeat_timeout) judges it). A hung attempt is ended, naming the ranks that stopped first "
                "(the lowest step marked, else the oldest progress), and restarted under O(max_restarts) on the "
                "same nodes; else the run ends V(hung) (exit code 123).",

@@ -124,7 +124,6 @@ class Progress:
         self.nodes, self.nproc, self.slots, self.timeout = nodes, nproc, slots, timeout
         self.ranks: dict[int, RankProgress] = {}
         self.latest: float | None = None  # the newest progress of any rank
-        self.marking = False  # whether a rank marked a step (TORCHFLEET_STEP): then steps are progress
         self.rank_files = False  # whether the ranks' files are Open MPI's per rank (rank mode)
         self.longest_gap = 0.0
         self.paused_until: float | None = None  # the last moment a node was not alive
@@ -165,14 +164,15 @@ class Progress:
         rank, node = owner
         with self.lock:
             entry = self.ranks.setdefault(rank, RankProgress(node, now))
+            marks = entry.step is not None or step is not None
             stepped = step is not None and step != entry.step
             if step is not None:
                 entry.step = step
                 entry.marked(step, now)
-                self.marking = True
-            # Once ranks mark their steps, a step is progress, not output: a logging thread or a
-            # DataLoader worker printing on while every rank is stuck at one step is no progress.
-            if not stepped and self.marking:
+            # A rank that marks its steps makes progress by a step, not by output: its logging
+            # thread or DataLoader worker printing on while it is stuck at one step is no progress.
+            # A rank that never marks (a progress bar, a quiet worker) is judged by its output.
+            if marks and not stepped:
                 return
             entry.last = now
             if self.latest is not None:

@@ -160,8 +160,9 @@ def test_where_ranks_mark_steps_output_at_a_frozen_step_is_no_progress():
     assert hung is not None and hung["since"] == 19.0 and hung["stopped_first"] == [2], hung
     # Its last progress is its last step, not the logger's latest line.
     assert progress.named([2], lambda t: f"T{t:.0f}") == "rank 2 on n1 (step 19, last progress at T18)"
-    # Before any mark, output is progress (the start: imports, data loading).
-    quiet = _progress(timeout=60)
+    # A rank that never marks (a progress bar) is judged by its output, beside ranks that do.
+    mixed = _progress(timeout=60)
+    mixed.saw("/w/node0/x/attempt_0/0/stdout.log", 5, 0.0)
     for at in range(0, 100, 3):
-        quiet.saw("/w/node0/x/attempt_0/0/stdout.log", None, float(at))
-    assert quiet.hung(100.0) is None
+        mixed.saw("/w/node1/x/attempt_0/0/stdout.log", None, float(at))
+    assert mixed.hung(100.0) is None and mixed.hung(99.0 + 61) is not None
