@@ -57,23 +57,34 @@ def entry_path(board: str, uid: int, run_id: str) -> str:
     return os.path.join(board, f"{uid}.{run_id}.json")
 
 
-def _own_names(board: str, uid: int, run_id: str) -> list[str]:
-    """The board's names of this account's entry for the run (owned by it, not links)."""
+def _owned(board: str, uid: int) -> list[str]:
+    """The board's entries this account owns (regular files, not links), whatever their names."""
     try:
         names = os.listdir(board)
     except OSError:
         return []
     found = []
     for name in sorted(names):
-        match = _ENTRY.match(name)
-        if match and int(match.group(1)) == uid and match.group(2) == run_id:
-            try:
-                info = os.lstat(os.path.join(board, name))
-            except OSError:
-                continue
-            if info.st_uid == uid and info.st_mode & 0o170000 == 0o100000:
-                found.append(name)
+        if not _ENTRY.match(name):
+            continue
+        try:
+            info = os.lstat(os.path.join(board, name))
+        except OSError:
+            continue
+        if info.st_uid == uid and info.st_mode & 0o170000 == 0o100000:
+            found.append(name)
     return found
+
+
+def _named_for(names: list[str], uid: int, run_id: str) -> list[str]:
+    """Of `names`, those of `uid`'s entry for the run (its plain name, or one beside it)."""
+    return [name for name in names if (match := _ENTRY.match(name))
+            and int(match.group(1)) == uid and match.group(2) == run_id]
+
+
+def _own_names(board: str, uid: int, run_id: str) -> list[str]:
+    """The board's names of this account's entry for the run (owned by it, not links)."""
+    return _named_for(_owned(board, uid), uid, run_id)
 
 
 _STATX_BTIME, _AT_EMPTY_PATH, _AT_SYMLINK_NOFOLLOW = 0x800, 0x1000, 0x100
@@ -271,19 +282,6 @@ def own_entry(run_id: str, board: str | None = None) -> tuple | None:
     return None
 
 
-def _own_count(board: str, uid: int) -> tuple[int, list[str]]:
-    """How many entries of the board this account owns, and their names."""
-    names = []
-    for name in os.listdir(board):
-        if _ENTRY.match(name):
-            try:
-                if os.lstat(os.path.join(board, name)).st_uid == uid:
-                    names.append(name)
-            except OSError:
-                continue
-    return len(names), names
-
-
 def announce(entry: dict, board: str | None = None) -> bool:
     """Write this account's entry for a run (run_id, head, nodes, world_size, started), whole
     (written beside under a name nobody can guess, then renamed); False where the node has no
@@ -293,13 +291,13 @@ def announce(entry: dict, board: str | None = None) -> bool:
     if not os.path.isdir(board):
         return False
     uid, run_id = os.geteuid(), entry["run_id"]
-    count, mine = _own_count(board, uid)
-    ours = _own_names(board, uid, run_id)
-    if count >= PER_ACCOUNT and not ours:
-        raise BoardFull(f"the run board {board} holds {count} entries of {account_name(uid)} already, "
+    mine = _owned(board, uid)  # one listing: the count, and this run's names among them
+    ours = _named_for(mine, uid, run_id)
+    if len(mine) >= PER_ACCOUNT and not ours:
+        raise BoardFull(f"the run board {board} holds {len(mine)} entries of {account_name(uid)} already, "
                         f"the most one account may have: stop or wait for its runs there (torchfleet runs), "
                         f"and remove its entries of runs long gone (they are this account's own: "
-                        f"{', '.join(sorted(mine)[:3])}{' ...' if count > 3 else ''} in {board})")
+                        f"{', '.join(mine[:3])}{' ...' if len(mine) > 3 else ''} in {board})")
     data = json.dumps(entry, sort_keys=True).encode()
     for _try in range(_NEW_TRIES):
         partial = os.path.join(board, f".{uid}.{secrets.token_hex(16)}.new")

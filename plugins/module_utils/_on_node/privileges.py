@@ -23,6 +23,11 @@ def _writable_by_others(info: os.stat_result) -> bool:
     return bool(info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
+def _shared(path: str) -> Refused:
+    return Refused(f"{path} is root's but other accounts write there: name the run (its directory "
+                   f"is its account's), or follow it logged in as that account")
+
+
 def account_of(where: str) -> str | None:
     """The account whose runs `where` holds: `~ACCOUNT/...` names it; else the owner of the first
     part of the path, walked from `/` as the kernel would resolve it, that is not root's. None
@@ -66,14 +71,11 @@ def account_of(where: str) -> str | None:
         if not stat.S_ISDIR(info.st_mode):
             return None  # a file of root's, in a directory only root writes
         if _writable_by_others(info) and not (info.st_mode & stat.S_ISVTX and parts):
-            # Others may swap what it holds (no sticky bit), or put the run there (it is the end).
-            raise Refused(f"{path} is root's but other accounts write there: name the run (its directory "
-                          f"is its account's), or follow it logged in as that account")
+            raise _shared(path)  # others may swap what it holds (no sticky bit), or put the run there (the end)
         current = path
     info = os.lstat(current)
     if _writable_by_others(info):
-        raise Refused(f"{current} is root's but other accounts write there: name the run (its directory "
-                      f"is its account's), or follow it logged in as that account")
+        raise _shared(current)
     return None
 
 
