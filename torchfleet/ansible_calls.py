@@ -56,7 +56,7 @@ def ansible_env() -> dict[str, str]:
         "ANSIBLE_CACHE_PLUGIN": "torchfleet.cluster.json_facts",
         "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(fact_cache_dir().resolve()),
         "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "86400",
-        "ANSIBLE_INTERPRETER_PYTHON": "auto_silent",
+        "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
         "ANSIBLE_FORKS": os.environ.get("ANSIBLE_FORKS", "32"),
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_PIPELINING": "True",

@@ -1,6 +1,7 @@
 """Calls of Ansible through ansible-runner: progress from the event stream, the fact cache."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -147,3 +148,15 @@ def test_the_live_display_on_a_guarded_terminal_draws_its_own_escapes_and_shows_
         progress({"event": "runner_on_ok", "event_data": {"host": "n1", "task": "Stop \x1b]0;pwned\x07", "res": {}}})
     assert terminal.getvalue() == ("\x1b[2Kn1   1 tasks   0 changed 0 failed ok     Stop \\x1b]0;pwned\\x07\n"
                                    "\x1b[1F\x1b[2Kn1   2 tasks   0 changed 0 failed ok     Stop \\x1b]0;pwned\\x07\n")
+
+
+def test_every_setting_the_command_gives_ansible_is_one_ansible_reads(tmp_path):
+    # A misspelt name is silently ignored (ANSIBLE_INTERPRETER_PYTHON was: Ansible reads
+    # ANSIBLE_PYTHON_INTERPRETER), and the checkout's ansible.cfg hid it; from elsewhere, as an
+    # installed wheel runs, only these settings hold.
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **ansible_calls.ansible_env()}
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-config"), "dump", "--only-changed"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True)
+    read = set(re.findall(r"\(env: (\w+)\)", done.stdout))
+    given = {name for name in ansible_calls.ansible_env() if name.startswith("ANSIBLE_")}
+    assert given <= read, (given - read, done.stdout)
