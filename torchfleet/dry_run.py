@@ -162,6 +162,8 @@ def as_text(plan, rendered, source: str) -> str:
             f"# On the head ({plan.request.head}), as the training account: the job's script, then its submission.",
             f"mkdir -p {shlex.quote(directory)}", f"cat > {shlex.quote(argv[-1])} <<'TORCHFLEET_JOB'",
             script.rstrip("\n"), "TORCHFLEET_JOB", SUPERVISED, SLURM_DEFAULTS, shlex.join(argv)]) + "\n"
+    if rendered.groups:
+        return torchft_text(plan, rendered)
     lines = [f"# On the head ({plan.request.head}), as the training account: the hostfile, the environment, the command.",
              f"mkdir -p {shlex.quote(directory)}",
              f"cat > {shlex.quote(plan.hostfile_path)} <<'EOF'", rendered.hostfile.rstrip("\n"), "EOF"]
@@ -175,4 +177,24 @@ def as_text(plan, rendered, source: str) -> str:
         lines += [f"# on {node}: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())]
     lines.append(SUPERVISED)
     lines.append(rendered.command)
+    return "\n".join(lines) + "\n"
+
+
+def torchft_text(plan, rendered) -> str:
+    """fault_tolerance torchft as a script for the head: the Lighthouse, then each node's replica
+    group, its variables on its stdin (as the supervisor sends them), over ssh but on the head."""
+    q = shlex.quote
+    addresses = {node.name: node.address for node in plan.nodes}
+    lines = [f"# On the head ({plan.request.head}), as the training account: torchft's Lighthouse, then each node's "
+             f"replica group (its own torchrun), its variables on its stdin.", shlex.join(rendered.argv) + " &"]
+    passed = [*rendered.inherit, *rendered.secrets]
+    if passed:
+        lines.append(f"# the supervisor adds to each group's stdin, as the launch has them: {', '.join(passed)}")
+    for name, argv in rendered.groups.items():
+        values = {**rendered.env, **rendered.per_node_env.get(name, {}), "TORCHFLEET_RESTART_COUNT": "0"}
+        exports = " ".join(q(f"export {key}={q(value)}") for key, value in values.items())
+        command = shlex.join(argv) if name == plan.request.head else shlex.join(
+            ["ssh", "-o", "BatchMode=yes", addresses[name], shlex.join(argv)])
+        lines.append(f"printf '%s\\n' {exports} | {command} &")
+    lines += [SUPERVISED, "wait"]
     return "\n".join(lines) + "\n"

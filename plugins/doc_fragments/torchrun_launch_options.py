@@ -281,6 +281,29 @@ options:
         that fails a check is named in the record's C(not_taken_back).
     type: int
     default: 10
+  fault_tolerance:
+    description:
+      - "V(none): one launcher across the nodes; a lost node ends the attempt (O(max_restarts)
+        restarts it)."
+      - "V(torchft): each node runs its own C(torchrun) (its own rendezvous on that node) as a
+        torchft replica group, started over ssh and watched by the run's supervisor, with
+        E(TORCHFT_LIGHTHOUSE), E(REPLICA_GROUP_ID) (the node's index) and E(NUM_REPLICA_GROUPS) set;
+        the supervisor runs C(torchft_lighthouse) on the head at O(master_port), O(min_nodes) (at
+        least 1) as its C(--min_replicas). A lost node ends no process on another node; a node back,
+        or a group that failed by itself (O(max_restarts) a node), is started again alone and heals
+        from a live peer. The run succeeds when every group left ends with 0, and fails when fewer
+        than O(min_nodes) groups train for O(restart_wait) seconds. Torchrun mode over ssh with two
+        nodes or more; not with O(scheduler=slurm) or O(spare_nodes)."
+    type: str
+    choices: [none, torchft]
+    default: none
+  torchft_heartbeat_ms:
+    description: "With O(fault_tolerance=torchft): the Lighthouse's C(--heartbeat_timeout_ms), how
+      long a replica group's silence is waited for before the next quorum forms without it: what a
+      killed node costs the others, about this long (docs/fault-tolerance.md). torchft's own default
+      is 5000."
+    type: int
+    default: 1000
   final_exit_codes:
     description: Rank exit codes that end the run without a restart.
     type: list

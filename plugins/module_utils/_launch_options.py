@@ -16,7 +16,7 @@ Standard library only: the CLI imports this file outside Ansible.
 from __future__ import annotations
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils._launch_option_schema import Option
-from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT, MODES
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_plan import DEFAULT_PORT, FAULT_TOLERANCE, MODES
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launchers import MPICH_LAUNCHERS
 
 # The module's nodes, one dict each (the launch_nodes filter makes them from setup's facts).
@@ -313,6 +313,31 @@ OPTIONS: tuple[Option, ...] = (
                "attempt's end instead (a failure it is restarted for). A node that fails a check is named in the "
                "record's C(not_taken_back)."),
            module_value="{{ launch_rejoin_after | int }}"),
+    Option("fault_tolerance", "str", "How the run survives a lost node: none restarts the run (max_restarts); "
+           "torchft runs one torchrun a node as a torchft replica group beside a Lighthouse on the head, so the "
+           "other nodes train on and a node back heals from a live peer (the script uses torchft; setup with "
+           "fault_tolerance=torchft).", default="none", choices=FAULT_TOLERANCE, short="fault_tolerance",
+           cli=(("launch", "torchft: one replica group a node (the script uses torchft's Manager); a lost node stops "
+                 "nobody, and heals from a live peer when back (docs/fault-tolerance.md)"),),
+           module_doc=(
+               "V(none): one launcher across the nodes; a lost node ends the attempt (O(max_restarts) restarts it).",
+               "V(torchft): each node runs its own C(torchrun) (its own rendezvous on that node) as a torchft replica "
+               "group, started over ssh and watched by the run's supervisor, with E(TORCHFT_LIGHTHOUSE), "
+               "E(REPLICA_GROUP_ID) (the node's index) and E(NUM_REPLICA_GROUPS) set; the supervisor runs "
+               "C(torchft_lighthouse) on the head at O(master_port), O(min_nodes) (at least 1) as its "
+               "C(--min_replicas). A lost node ends no process on another node; a node back, or a group that failed "
+               "by itself (O(max_restarts) a node), is started again alone and heals from a live peer. The run "
+               "succeeds when every group left ends with 0, and fails when fewer than O(min_nodes) groups train for "
+               "O(restart_wait) seconds. Torchrun mode over ssh with two nodes or more; not with O(scheduler=slurm) "
+               "or O(spare_nodes).")),
+    Option("torchft_heartbeat_ms", "int", "With fault_tolerance torchft: milliseconds the Lighthouse waits for a "
+           "replica group's heartbeat before it forms the quorum without it (what a killed node costs the others).",
+           default=1000, role_type="raw", short="torchft_heartbeat_ms",
+           module_doc=(
+               "With O(fault_tolerance=torchft): the Lighthouse's C(--heartbeat_timeout_ms), how long a replica "
+               "group's silence is waited for before the next quorum forms without it: what a killed node costs the "
+               "others, about this long (docs/fault-tolerance.md). torchft's own default is 5000."),
+           module_value="{{ launch_torchft_heartbeat_ms | int }}"),
     Option("final_exit_codes", "list", "Rank exit codes that end the run without a restart (the script "
            "saying its failure is its own: bad input, a diverged loss).", default=[], elements="int",
            role_elements="raw", short="final_exit_codes",

@@ -44,8 +44,8 @@ import os
 # The package's files, as the launch module copies them to the head.
 FILES = ("__init__", "attempts", "batch_script", "board", "follower", "guardian", "interfaces", "labels", "launch_plan",
          "launch_request", "launchers", "line_server", "liveness", "loader", "log_ends", "node_checks", "node_files",
-         "packages", "plan_checks", "ports", "privileges", "probe", "processes", "progress", "record", "renderer", "report",
-         "slurm", "slurm_job", "ssh_to_nodes", "stacks", "supervisor", "tail", "transitions")
+         "packages", "plan_checks", "ports", "privileges", "probe", "processes", "progress", "record", "renderer",
+         "replica_groups", "report", "slurm", "slurm_job", "ssh_to_nodes", "stacks", "supervisor", "tail", "transitions")
 
 
 def source(name: str) -> str:

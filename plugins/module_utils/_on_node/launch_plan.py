@@ -24,6 +24,7 @@ from .launch_request import LaunchRequest
 from .launchers import launcher_of
 
 MODES = ("torchrun", "rank", "mpich")
+FAULT_TOLERANCE = ("none", "torchft")  # how a run survives a lost node: a restart, or torchft's groups
 DEFAULT_PORT = 29500  # the rendezvous port on the head when none is given (torchrun's own default)
 PORTS = range(1024, 65536)  # a rendezvous port: none of the privileged ones
 SHELL = "/bin/sh"
@@ -38,6 +39,7 @@ RUN_ID = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 RESERVED_ENV = frozenset({
     "TORCHFLEET_RUN_ID", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT",
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+    "TORCHFT_LIGHTHOUSE", "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS",
 })
 
 

@@ -57,6 +57,8 @@ class LaunchRequest:  # pylint: disable=too-many-instance-attributes
     restart_wait: int = 300
     spare_nodes: int = 0
     rejoin_after: int = 10
+    fault_tolerance: str = "none"
+    torchft_heartbeat_ms: int = 1000
     final_exit_codes: list[int] = field(default_factory=list)
     silent_node_timeout: int = 120
     stop_grace: int = 10

@@ -307,6 +307,13 @@ class Liveness:
             found[name] = Verdict(state, wall_time(since) if since is not None else None, why)
         return found
 
+    def rewatch(self, name: str) -> None:
+        """Watch a node proven dead again, from a new session (its replica group started again:
+        fault_tolerance torchft)."""
+        beat = self.beats.get(name)
+        if beat is not None and beat.dead is not None and not self.stopped.is_set():
+            self.beats[name] = NodeBeat(beat.node, beat.argv, self.stopped, beat.progress)
+
     def ending(self) -> dict:
         return ending_of(self.verdicts())
 

@@ -11,7 +11,7 @@ import re
 import socket
 from collections.abc import Mapping
 
-from .launch_plan import MODES, RESERVED_ENV, RUN_ID, Node, Plan, PlanError, port_problem
+from .launch_plan import FAULT_TOLERANCE, MODES, RESERVED_ENV, RUN_ID, Node, Plan, PlanError, port_problem
 from .launchers import KEEPALIVE_MCA, choice_problem, launcher_of
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -287,6 +287,35 @@ def _check_torchrun_args(plan: Plan) -> None:
         raise PlanError(said)
 
 
+def _check_fault_tolerance(plan: Plan) -> None:
+    request = plan.request
+    if request.fault_tolerance not in FAULT_TOLERANCE:
+        raise PlanError(f"fault_tolerance is {request.fault_tolerance!r}: give none (a lost node restarts the run) "
+                        f"or torchft (the other nodes train on; the script uses torchft)")
+    if request.fault_tolerance != "torchft":
+        return
+    beat = request.torchft_heartbeat_ms
+    if isinstance(beat, bool) or not isinstance(beat, int) or beat < 100:
+        raise PlanError(f"torchft_heartbeat_ms is {beat!r}: give the Lighthouse's heartbeat timeout in "
+                        f"milliseconds, 100 or more (default 1000)")
+    why = None
+    if request.scheduler != "none":
+        why = (f"scheduler={request.scheduler} starts the run as one job; torchft needs one torchrun a node "
+               f"that the supervisor starts and restarts over ssh: use scheduler=none")
+    elif request.mode != "torchrun":
+        why = f"mode {request.mode} runs no torchrun a node from the head: use mode torchrun"
+    elif len(plan.nodes) < 2:
+        why = "the run has one node, and a replica group needs another to heal from: give two nodes or more"
+    elif request.spare_nodes:
+        why = "spare_nodes is not built with torchft (a node back heals instead): remove spare_nodes"
+    elif request.expect_packages and not any(name.lower().replace("_", "-") == "torchft"
+                                             for name in request.expect_packages):
+        why = (f"setup installed no torchft in the Python environment on {request.head}: run "
+               f"`ansible-playbook setup.yml -i INVENTORY -e fault_tolerance=torchft` first")
+    if why:
+        raise PlanError(f"fault_tolerance=torchft: {why}, or launch with fault_tolerance=none.")
+
+
 def validate(plan: Plan) -> None:
     """Raise PlanError naming the first problem in `plan` and its fix."""
     if not isinstance(plan, Plan):
@@ -325,6 +354,7 @@ def validate(plan: Plan) -> None:
     said = choice_problem(plan.request.mode, plan.request.mpich_launcher) or launcher_of(plan.request).problem(plan)
     if said:
         raise PlanError(said)
+    _check_fault_tolerance(plan)
     seconds = plan.request.silent_node_timeout
     if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
         raise PlanError(f"silent_node_timeout {seconds!r} is not a number of seconds; give 0 or "

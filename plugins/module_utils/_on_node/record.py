@@ -124,6 +124,9 @@ class RunRecord:
     # outside_collective: [rank...] where torch's flight recorder showed ranks the others waited for}).
     progress: dict | None = field(default=None, metadata=_shown(LISTED, optional=True))
     hung: dict | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
+    # fault_tolerance torchft: each node's replica group ({node: {group, state, starts, restarts,
+    # since, cause}}, replica_groups.py).
+    groups: dict | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
     # Nodes back after a loss that the run did not grow to, and why ({node: reason}).
     not_taken_back: dict | None = field(default=None, metadata=_shown(RESULT, LISTED, REPORTED, optional=True))
 

@@ -7,8 +7,9 @@ shows is what runs; a run's supervisor calls it again for each restart."""
 
 from __future__ import annotations
 
+import posixpath
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .launch_plan import INHERITED, REDACTED, SHELL, SHELL_NAME, Node, Plan
 from .launchers import launcher_of
@@ -25,9 +26,14 @@ class Rendered:
     nodes: tuple[str, ...]
     per_node_env: dict[str, dict[str, str]]
     world_size: int
+    # fault_tolerance torchft: argv is the Lighthouse's (on the head), and each node's replica
+    # group runs this {name: argv} (its own torchrun), over ssh but on the head; {} otherwise.
+    groups: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def command(self) -> str:
+        if self.groups:  # the Lighthouse, then each node's group: what the supervisor starts
+            return "\n".join([shlex.join(self.argv)] + [f"[{name}] {shlex.join(argv)}" for name, argv in self.groups.items()])
         return shlex.join(self.argv)
 
     @property
@@ -97,6 +103,42 @@ def _script(plan: Plan, nnodes: int, nproc: int, head: Node, mixed_ifaces: bool)
             f'exec {shlex.quote(plan.request.python)} {shlex.quote(_script_path(plan))} "$@"')
 
 
+# A replica group's variables come on its stdin (the supervisor writes them, secrets included,
+# then closes it): nothing of them on a command line another account can read on the node.
+_GROUP_ENV = 'eval "$(cat)"; '
+
+
+def lighthouse_path(torchrun: str) -> str:
+    """torchft's Lighthouse beside torchrun in the environment (the torchft wheel ships both)."""
+    return posixpath.join(posixpath.dirname(torchrun), "torchft_lighthouse") if "/" in torchrun else "torchft_lighthouse"
+
+
+def _torchft(plan: Plan, order: list[Node], env: dict, nproc: int) -> tuple[list[str], dict, dict]:
+    """fault_tolerance torchft: (the Lighthouse's argv, each node's group argv, each node's own
+    variables). Each node's torchrun is standalone (its rendezvous on that node); the groups meet
+    in the Lighthouse at master_port on the head, whose quorum needs min_nodes of them."""
+    q, head = shlex.quote, order[0]
+    port = plan.request.master_port
+    bind = f"[::]:{port}" if ":" in head.address else f"0.0.0.0:{port}"
+    lighthouse = [lighthouse_path(plan.request.torchrun), "--min_replicas", str(max(1, plan.request.min_nodes)),
+                  "--bind", bind, "--heartbeat_timeout_ms", str(plan.request.torchft_heartbeat_ms)]
+    env.update(TORCHFT_LIGHTHOUSE=f"http://{_endpoint(head.address, port)}", NUM_REPLICA_GROUPS=str(len(order)))
+    words = ["exec", q(plan.request.torchrun), "--standalone", "--nnodes=1", f"--nproc-per-node={nproc}"]
+    if plan.node_log_dir:  # each group's files where a node's are (record.node_workers)
+        words += [f'--log-dir={q(plan.node_log_dir)}/node"$REPLICA_GROUP_ID"', "--redirects=3"]
+        if plan.tee_workers:
+            words.append("--tee=3")
+    words += [q(arg) for arg in plan.request.torchrun_extra_args] + [q(_script_path(plan)), '"$@"']
+    prefix = _GROUP_ENV
+    if plan.site_dir:
+        prefix += (f'export PYTHONPATH={shlex.quote(plan.site_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}" '
+                   f'TORCHFLEET_STACKS_DIR={shlex.quote(plan.stacks_dir or "")}; ')
+    argv = [SHELL, "-c", prefix + " ".join(words), SHELL_NAME, *plan.request.script_args]
+    own = {node.name: {"REPLICA_GROUP_ID": str(index), **({"GLOO_SOCKET_IFNAME": node.interface} if node.interface else {})}
+           for index, node in enumerate(order)}
+    return lighthouse, {node.name: list(argv) for node in order}, own
+
+
 def render(plan: Plan) -> Rendered:
     """Validate `plan` and render argv, hostfile and environment for its launcher."""
     validate(plan)
@@ -125,6 +167,11 @@ def render(plan: Plan) -> Rendered:
     else:
         nproc = plan.request.nproc_per_node or head.slots
         world_size = nproc * nnodes
+    if plan.request.fault_tolerance == "torchft":
+        argv, groups, per_node_env = _torchft(plan, order, env, nproc)
+        return Rendered(argv=argv, hostfile="", env=env, inherit=inherit, secrets=secrets,
+                        nodes=tuple(node.name for node in order), per_node_env=per_node_env,
+                        world_size=world_size, groups=groups)
     script = _script(plan, nnodes, nproc, head, mixed_ifaces)
     tail = [SHELL, "-c", script, SHELL_NAME, *plan.request.script_args]
 

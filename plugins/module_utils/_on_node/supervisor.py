@@ -29,12 +29,14 @@ from . import attempts, report, slurm, stacks
 from .ssh_to_nodes import (PROBE_TIMEOUT, close_ssh_masters, end_run_on_nodes, nodes_without_ranks, probe_nodes,
                            take_stacks)
 from .guardian import start_guardian
-from .launch_plan import Node
+from .launch_plan import Node, plan_of_run
 from .liveness import Liveness, NodeState, ending_of, not_alive_of, wall_time
 from .progress import LocalScan, Progress, patterns
 from .log_ends import read_end
 from .processes import SUPERVISOR_VAR, end_run
 from .record import STATE_FILE, RunRecord, SupervisorPlan
+from .renderer import render
+from .replica_groups import ReplicaGroups
 from .report import now_iso
 from .slurm_job import SlurmJob
 from .transitions import Owner, RecordKeeper, RecordRefused, to_log
@@ -125,7 +127,8 @@ class Run:
         self.launcher_env: dict = {}  # a restart's environment over the supervisor's
         self.slurm_names: dict = {}  # {inventory name: Slurm's}, from each allocation
         self.not_alive: dict = {}  # after an attempt: {name: Verdict} of its nodes dead, lost or silent
-        self.proc: subprocess.Popen | SlurmJob | None = None  # the launcher (or Slurm job) of the attempt in flight
+        # The launcher (or Slurm job, or torchft's replica groups) of the attempt in flight.
+        self.proc: subprocess.Popen | SlurmJob | ReplicaGroups | None = None
         self.over = threading.Event()  # set when the attempt in flight ends: its threads stop
         self.port = self.plan.request.master_port  # the attempt's rendezvous port
         # Runs that heal (attempts.watch_left_out): nodes back that passed the checks, set when
@@ -137,6 +140,7 @@ class Run:
         self.not_taken_back: dict = {}
         self.joined: list = []
         self.left: list = []
+        self.liveness: Liveness | None = None  # the attempt's beats, while it runs
 
     @staticmethod
     def stop_requested() -> int | None:
@@ -183,6 +187,19 @@ class Run:
                                     stderr=subprocess.STDOUT, start_new_session=True, cwd=plan.cwd)
         finally:
             os.close(log)
+
+    def start_groups(self) -> ReplicaGroups:
+        """fault_tolerance torchft: the Lighthouse and each node's replica group (replica_groups.py),
+        rendered again from the run's plan as a restart is."""
+        groups = ReplicaGroups(self, render(plan_of_run(self.plan)), dict(launcher_env(), **self.launcher_env),
+                               self.plan.paths["launcher"])
+        groups.start()
+        return groups
+
+    def rewatch(self, name: str) -> None:
+        """A node back whose group started again: its beat, anew (a dead node's beat ended)."""
+        if self.liveness is not None:
+            self.liveness.rewatch(name)
 
     def watch_start(self, launcher_pid: int, seconds: int, late: list, over: threading.Event,
                     everywhere: threading.Event) -> None:
@@ -258,10 +275,13 @@ class Run:
         plan = self.plan
         slurm_job = plan.request.scheduler == "slurm"
         self.not_alive = {}
+        proc: subprocess.Popen | SlurmJob | ReplicaGroups
         try:
             if slurm_job:
                 proc = SlurmJob(self)
                 proc.submit(launcher_env())
+            elif plan.request.fault_tolerance == "torchft":
+                proc = self.start_groups()
             else:
                 proc = self.start(append=attempt > 0)
         except (OSError, subprocess.SubprocessError, slurm.SlurmError) as err:
@@ -319,7 +339,7 @@ class Run:
                     progress, globs = self.progress(), self.globs()
                     local = LocalScan(progress, globs.get(plan.head, []))
                 if watching and liveness is None and (not slurm_job or proc.started):
-                    liveness = self.watch(progress, globs)
+                    liveness = self.liveness = self.watch(progress, globs)
                 try:
                     proc.wait(timeout=0.1)  # the run's end is seen within 0.1 s
                     # It ended by itself: a start-watch look that ran past start_timeout meanwhile
@@ -345,6 +365,10 @@ class Run:
                 end.timed_out = bool(plan.request.launch_timeout) and time.monotonic() - begun >= plan.request.launch_timeout
                 found = liveness.verdicts() if liveness else {}  # one look a turn, both uses below
                 end.ending = ending_of(found)
+                if isinstance(proc, ReplicaGroups):  # a node lost stops no other: the groups judge it
+                    proc.judge(found)
+                    end.ending = {}
+                    self.tell_groups(proc)
                 end.stopped = _Stop.signum  # a stop heard after the launcher's end changes nothing of it
                 if progress is not None:
                     now = time.monotonic()
@@ -361,7 +385,10 @@ class Run:
                 if end.timed_out or end.late or end.ending or end.stopped is not None or end.hung:
                     if end.ending:  # said at once: the end takes the stop's grace and the clean-up
                         self.keeper.update(lost_nodes={name: v.since for name, v in end.ending.items()})
-                    if slurm_job:
+                    if isinstance(proc, ReplicaGroups):
+                        proc.cancel(grace)
+                        end.survivors = end_run(run_id, grace, spare_guardian=True)[1]
+                    elif slurm_job:
                         end.waiting = (proc.info.get("JobState"), proc.info.get("Reason"))  # before scancel
                         unsure = proc.cancel(grace, lost=[self.slurm_names[name] for name in end.ending
                                                           if name in self.slurm_names])
@@ -388,8 +415,12 @@ class Run:
                 self.not_alive = liveness.not_alive()
         finally:
             over.set()
+            if isinstance(proc, ReplicaGroups):
+                proc.cancel(grace)  # its end is said: nothing of it stays (a failure of the loop itself)
+                self.tell_groups(proc)
             if liveness is not None:
                 liveness.close()
+                self.liveness = None
             if local is not None:
                 local.close()
         if progress is not None and (last := progress.shown(wall_time) or None) != shown:
@@ -399,6 +430,13 @@ class Run:
             end.hung.update(hang_named(progress, end.hung["stopped_first"], taken, wall_time))
             end.hung["stacks"] = sorted(taken)
         return end
+
+    def tell_groups(self, groups: ReplicaGroups) -> None:
+        """The replica groups' news into the record: the message, each node's group, the nodes lost."""
+        news = groups.said()
+        if news:
+            self.keeper.update(msg=f"run {self.plan.run_id}: {news[-1]}", groups=groups.shown(),
+                               lost_nodes=groups.lost() or None)
 
     def conclude(self, proc, end: AttemptEnd, begun: float):
         """The attempt's end, cleaned up and said: (state, message, record changes, cause)."""
@@ -419,7 +457,10 @@ class Run:
         # ends the ranks it started, but torchrun's workers, in process groups of their own, can
         # outlive a daemon that lost its mpirun. PALS nodes take no ssh (check_nodes false).
         ended = None
-        if (rc != 0 or interrupted) and plan.request.check_nodes and len(self.nodes) > 1:
+        groups = proc if isinstance(proc, ReplicaGroups) else None
+        if groups is not None:  # each node's group as it ended; a lost node's may have left processes
+            result.update(groups=groups.shown(), lost_nodes=groups.lost() or None)
+        if (rc != 0 or interrupted or groups) and plan.request.check_nodes and len(self.nodes) > 1:
             ended = self.end_on_nodes()
             result.update(stopped_on_nodes=ended["stopped"], silent_nodes=[node["name"] for node in ended["silent"]])
         left = report.cleanup_message(ended, name_silent=not end.timed_out) if ended else ""
@@ -462,6 +503,9 @@ class Run:
             result.update(rc=rc, timed_out=state == "timed_out")
             slurm_cause = said["msg"] if said["restart"] else None  # a node failed, a preemption: a restart helps
             msg = f"run {run_id}: {said['msg']}; logs under {paths['run']}{left}"
+        elif groups is not None:
+            state = "succeeded" if rc == 0 else "failed"
+            msg = f"run {run_id} {state}: {groups.message}" + ("" if rc == 0 else f"; logs under {paths['run']}{left}")
         elif rc != 0:
             state = "failed"
             failure = report.describe_failure(
@@ -484,6 +528,8 @@ class Run:
             result["survivors"] = pids
             msg += (f"; processes {', '.join(map(str, pids))} of run {run_id} survived SIGKILL on "
                     f"the head; check them (uninterruptible I/O?)")
+        if groups is not None:  # each node's group restarts alone: never the whole run
+            return state, msg, result, None
         if end.grow:
             return state, msg, result, f"{', '.join(end.grow)} back (grown at a checkpoint)"
         if slurm_cause:
@@ -510,8 +556,8 @@ class Run:
         self.over.set()
         said = "no launcher had started"
         if proc is not None:
-            if plan.request.scheduler == "slurm":
-                proc.cancel(plan.request.stop_grace)  # type: ignore[union-attr]  # a SlurmJob under Slurm
+            if isinstance(proc, (SlurmJob, ReplicaGroups)):
+                proc.cancel(plan.request.stop_grace)
             elif proc.poll() is None:  # type: ignore[union-attr]  # else a Popen
                 stop_launcher(proc, plan.run_id, plan.request.stop_grace, launcher_grace=LOST_LAUNCHER_GRACE)
             end_run(plan.run_id, plan.request.stop_grace, spare_guardian=True)

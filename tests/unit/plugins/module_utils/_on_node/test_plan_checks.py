@@ -176,3 +176,24 @@ def test_torchrun_extra_args_may_not_set_what_torchfleet_sets(extra, mode, expec
     with pytest.raises(PlanError, match=re.escape(expected)):
         validate(make_plan(mode=mode, torchrun_extra_args=extra))
     validate(make_plan(torchrun_extra_args=("--monitor-interval=1", "--local-ranks-filter", "0")))
+
+
+@pytest.mark.parametrize("given, words", [
+    (dict(scheduler="slurm"), "scheduler=slurm starts the run as one job"),
+    (dict(mode="rank"), "mode rank runs no torchrun a node"),
+    (dict(nodes=(node(1),)), "the run has one node"),
+    (dict(spare_nodes=1, max_restarts=1), "spare_nodes is not built with torchft"),
+    (dict(expect_packages={"torch": "2.13.0", "numpy": "2"}), "setup installed no torchft"),
+    (dict(torchft_heartbeat_ms=50), "torchft_heartbeat_ms is 50"),
+    (dict(torchft_heartbeat_ms=True), "torchft_heartbeat_ms is True"),
+])
+def test_torchft_refusals_name_the_reason_and_the_fix(given, words):
+    with pytest.raises(PlanError) as raised:
+        validate(make_plan(fault_tolerance="torchft", **given))
+    assert words in str(raised.value)
+
+
+def test_torchft_is_accepted_where_setup_installed_it_and_an_unknown_value_is_refused():
+    validate(make_plan(fault_tolerance="torchft", expect_packages={"torch": "2.13.0", "torchft": "0.2.0"}))
+    with pytest.raises(PlanError, match="fault_tolerance is 'elastic'"):
+        validate(make_plan(fault_tolerance="elastic"))

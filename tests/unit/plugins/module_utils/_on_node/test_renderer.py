@@ -423,3 +423,42 @@ def test_ten_thousand_nodes_render(mode):
     assert lines[0].split()[0] == "10.0.19.136"  # the head, n05000
     assert rendered.world_size == 80000
     assert len(rendered.argv) < 60  # the command does not grow with the cluster
+
+
+# ---------------------------------------------------------------------------------------------
+# fault_tolerance torchft: the Lighthouse and one replica group a node
+# ---------------------------------------------------------------------------------------------
+
+def test_torchft_renders_the_lighthouse_and_one_standalone_torchrun_a_node():
+    rendered = render(make_plan(fault_tolerance="torchft", torchrun="/env/bin/torchrun", min_nodes=2,
+                                torchft_heartbeat_ms=750, node_log_dir="/runs/run-1/workers",
+                                script_args=["--steps", "a b"]))
+    assert rendered.argv == ["/env/bin/torchft_lighthouse", "--min_replicas", "2", "--bind", "0.0.0.0:29500",
+                             "--heartbeat_timeout_ms", "750"]
+    assert list(rendered.groups) == ["node1", "node2", "node3"]
+    assert rendered.hostfile == ""  # no mpirun: nothing reads one
+    argv = rendered.groups["node2"]
+    assert argv[:2] == [lp.SHELL, "-c"] and argv[3:] == [lp.SHELL_NAME, "--steps", "a b"]
+    script = argv[2]
+    # Its variables come on stdin first (nothing of them on a command line); a torchrun of its own.
+    assert script.startswith('eval "$(cat)"; ')
+    assert "--standalone --nnodes=1 --nproc-per-node=2" in script and "--rdzv" not in script
+    assert '--log-dir=/runs/run-1/workers/node"$REPLICA_GROUP_ID"' in script
+    assert rendered.env["TORCHFT_LIGHTHOUSE"] == "http://172.18.0.2:29500"
+    assert rendered.env["NUM_REPLICA_GROUPS"] == "3"
+    assert {name: env["REPLICA_GROUP_ID"] for name, env in rendered.per_node_env.items()} == \
+        {"node1": "0", "node2": "1", "node3": "2"}
+    assert rendered.world_size == 6
+    assert rendered.command.splitlines()[0] == shlex.join(rendered.argv)
+    assert rendered.command.splitlines()[2] == "[node2] " + shlex.join(argv)
+
+
+def test_torchft_lighthouse_binds_ipv6_where_the_head_has_it_and_sits_beside_a_bare_torchrun():
+    nodes = (Node("a", "fd00::1", 1, "eth0"), Node("b", "fd00::2", 1, "eth0"))
+    rendered = render(make_plan(fault_tolerance="torchft", nodes=nodes, head="a", port=29999))
+    assert rendered.argv[:5] == ["torchft_lighthouse", "--min_replicas", "1", "--bind", "[::]:29999"]
+    assert rendered.env["TORCHFT_LIGHTHOUSE"] == "http://[fd00::1]:29999"
+
+
+def test_fault_tolerance_none_renders_as_before():
+    assert render(make_plan(fault_tolerance="none")) == render(make_plan())
