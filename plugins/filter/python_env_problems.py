@@ -21,6 +21,8 @@ options:
         micromamba_url and micromamba_checksum (the python_env_ variables of the same names).
       - Optionally, how the wheels spread, with wheelhouse_seed, spread_port and spread_fanout (the
         python_env_ variables of the same names), and nodes, the group's nodes the seed must be one of.
+      - Optionally, fault_tolerance, setup's variable of that name (none or torchft; torchft puts
+        torchft in the environment).
     type: dict
     required: true
 """
@@ -39,16 +41,18 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: One message per problem; empty when there is none. An unknown engine is said alone.
+  description: One message per problem; empty when there is none. An unknown engine or fault_tolerance is said alone.
   type: list
   elements: str
 """
 
 ENGINES = ("venv", "conda", "none")
+FAULT_TOLERANCE = ("none", "torchft")
 # NAME, NAME[extras], then optional comma-separated version clauses (PEP 508 without markers).
 _CLAUSE = r"\s*(==|>=|<=|~=|!=|<|>)\s*[A-Za-z0-9_.*+!-]+"
 REQUIREMENT = re.compile(rf"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9_,.-]+\])?({_CLAUSE}(\s*,{_CLAUSE})*)?$")
 TORCH = re.compile(r"^[Tt]orch\b(?![-_.])")  # torch, not torchvision or torch-foo
+TORCHFT = re.compile(r"^torchft\b(?![-_.])", re.IGNORECASE)  # what setup.yml adds for fault_tolerance=torchft
 PINNED_TORCH = re.compile(r"^[Tt]orch\s*==\s*[0-9][A-Za-z0-9_.+!-]*$")
 SHA256 = re.compile(r"^sha256:[0-9a-fA-F]{64}$")
 
@@ -93,17 +97,35 @@ def _spread_problem(spec: dict) -> str | None:
     return None
 
 
+def _fault_tolerance_problem(spec: dict) -> str | None:
+    value = spec.get("fault_tolerance", "none")
+    if value in FAULT_TOLERANCE:
+        return None
+    return (f"fault_tolerance is '{value}', which setup does not know. Use -e fault_tolerance=torchft "
+            f"to put torchft in the Python environment on every node (for launches with "
+            f"--fault-tolerance torchft), or none (the default: no torchft).")
+
+
 def python_env_problems(spec: dict) -> list[str]:
     engine = spec["engine"]
     if engine not in ENGINES:
         return [f"python_env_engine is '{engine}', which torchfleet does not know. Use venv (the node's "
                 f"python3), conda (micromamba) or none (the node's own Python, nothing installed)."]
+    fault_tolerance = _fault_tolerance_problem(spec)
+    if fault_tolerance:
+        return [fault_tolerance]
     if engine == "none":
-        if not spec["extra_packages"]:
-            return []
-        return [f"python_env_engine=none installs no packages, but {', '.join(spec['extra_packages'])} "
-                f"would go into the environment (the NCCL wheel, with nccl_source=wheel): set "
-                f"nccl_source=none (or system), or choose the venv or conda engine."]
+        said = []
+        if spec.get("fault_tolerance") == "torchft":
+            said.append("python_env_engine=none installs no packages, but fault_tolerance=torchft puts "
+                        "torchft in the environment: choose the venv or conda engine, or leave "
+                        "fault_tolerance at none and install torchft in the nodes' own Python yourself.")
+        nccl = [item for item in spec["extra_packages"] if not TORCHFT.match(item)]
+        if nccl:
+            said.append(f"python_env_engine=none installs no packages, but {', '.join(nccl)} "
+                        f"would go into the environment (the NCCL wheel, with nccl_source=wheel): set "
+                        f"nccl_source=none (or system), or choose the venv or conda engine.")
+        return said
     problems = [_spec_problem([*spec["packages"], *spec["extra_packages"]]), _spread_problem(spec)]
     if engine == "conda":
         problems.append(_conda_problem(spec))

@@ -391,6 +391,27 @@ def _run_results(raws):
     return out
 
 
+def _torchft_results(raws):
+    """Where torchft was asked for (doctor_torchft): whether it imports in the environment, and its
+    Lighthouse is beside the interpreter. Nodes where it was not asked get no result."""
+    out = []
+    for host, raw in raws.items():
+        found = raw.get("torchft") or {}
+        if not raw.get("reachable") or not found or found.get("skipped"):
+            continue
+        if found.get("rc") == 0:
+            version = (found.get("stdout") or "").strip()
+            out.append(result("torchft", host, True, f"torchft {version} imports in the environment, "
+                                                     f"torchft_lighthouse beside it"))
+        else:
+            out.append(result("torchft", host, False,
+                              f"torchft does not import in the Python environment ({_error(found)})",
+                              f"run setup.yml -e fault_tolerance=torchft (or name torchft in "
+                              f"python_env_packages): it puts torchft in the environment of every node, "
+                              f"{host} included"))
+    return out
+
+
 def doctor_results(raws, head, master_port=DEFAULT_PORT, unreachable=None, known_hosts=(),
                    known_hosts_block="torchfleet cluster"):
     if not isinstance(raws, dict):
@@ -419,6 +440,7 @@ def doctor_results(raws, head, master_port=DEFAULT_PORT, unreachable=None, known
     results.extend(_interface_results(raws, probes))
     results.extend(_port_results(raws, head, master_port, probes))
     results.extend(_run_results(raws))
+    results.extend(_torchft_results(raws))
     return results
 
 

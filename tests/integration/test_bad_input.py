@@ -355,6 +355,9 @@ CASES = [
     pytest.param(setup("-e", "mpi_implementation=mpich", "-e", "mpich_source=existing"),
                  ["mpich_source is 'existing' but mpich_prefix is ''", "set it to the absolute prefix"],
                  id="setup-mpich-existing-without-prefix"),
+    pytest.param(setup("-e", "fault_tolerance=elastic"),
+                 ["fault_tolerance is 'elastic', which setup does not know", "Use -e fault_tolerance=torchft"],
+                 id="setup-unknown-fault-tolerance"),
     # The torchfleet command's own arguments.
     pytest.param(cli("launch", "-i", "{inventory}"),
                  ["the following arguments are required: SCRIPT"],

@@ -88,3 +88,37 @@ def test_the_spread_s_seed_port_and_fanout_are_checked():
         "python_env_spread_port is '70000': give a TCP port, 1 to 65535, free on the nodes."]
     assert python_env_problems(spec(spread_fanout=0)) == [
         "python_env_spread_fanout is '0': give how many nodes each node serves, 1 or more (2 by default)."]
+
+
+@pytest.mark.parametrize("value", ["none", "torchft"])
+def test_fault_tolerance_none_or_torchft_passes(value):
+    assert python_env_problems(spec(fault_tolerance=value, extra_packages=["torchft==0.2.0"])) == []
+
+
+def test_without_fault_tolerance_the_spec_is_judged_as_before():
+    assert "fault_tolerance" not in spec() and python_env_problems(spec()) == []
+
+
+@pytest.mark.parametrize("value", ["torchFT", "elastic", "", True])
+def test_an_unknown_fault_tolerance_is_said_alone_with_the_fix(value):
+    problems = python_env_problems(spec(fault_tolerance=value, packages=["numpy"]))
+    assert problems == [f"fault_tolerance is '{value}', which setup does not know. Use -e fault_tolerance=torchft "
+                        f"to put torchft in the Python environment on every node (for launches with "
+                        f"--fault-tolerance torchft), or none (the default: no torchft)."]
+
+
+def test_engine_none_cannot_take_torchft():
+    problems = python_env_problems(spec(engine="none", fault_tolerance="torchft", extra_packages=["torchft==0.2.0"]))
+    assert len(problems) == 1
+    assert problems[0].startswith("python_env_engine=none installs no packages, but fault_tolerance=torchft")
+    assert "choose the venv or conda engine" in problems[0]
+    # With the NCCL wheel as well, both are said at once.
+    problems = python_env_problems(spec(engine="none", fault_tolerance="torchft",
+                                        extra_packages=["nvidia-nccl-cu12==2.27.3", "torchft==0.2.0"]))
+    assert len(problems) == 2
+    assert problems[1].startswith("python_env_engine=none installs no packages, but nvidia-nccl-cu12==2.27.3 would")
+
+
+def test_torchft_in_the_spec_is_a_requirement_like_any_other():
+    assert python_env_problems(spec(packages=["torch==2.13.0", "torchft==0.2.0"])) == []
+    assert python_env_problems(spec(packages=["torch==2.13.0", "torchft"], fault_tolerance="torchft")) == []

@@ -276,3 +276,45 @@ def test_an_unusable_cluster_interface_fails():
 def test_bad_input():
     with pytest.raises(Exception):
         doctor_results(["n0"], head="n0")
+
+
+def test_torchft_is_judged_only_where_it_was_asked_for():
+    def imports(raw):
+        raw["torchft"] = {"rc": 0, "stdout": "0.2.0\n", "stderr": ""}
+
+    def skipped(raw):
+        raw["torchft"] = {"skipped": True}
+    results = judge(cluster(n0=imports, n1=skipped))
+    assert failures(results) == []
+    (entry,) = [entry for entry in results if entry["check"] == "torchft"]
+    assert entry["host"] == "n0" and entry["ok"]
+    assert entry["reason"] == "torchft 0.2.0 imports in the environment, torchft_lighthouse beside it"
+
+
+@pytest.mark.parametrize("found, said", [
+    ({"rc": 1, "stdout": "", "stderr": "Traceback (most recent call last):\n"
+                                       "ModuleNotFoundError: No module named 'torchft'\n"},
+     "ModuleNotFoundError: No module named 'torchft'"),
+    ({"rc": 1, "stdout": "", "stderr": "/opt/torchfleet/envs/torchfleet/bin/torchft_lighthouse is missing\n"},
+     "torchft_lighthouse is missing"),
+    ({"rc": None, "msg": "[Errno 2] No such file or directory: b'/opt/torchfleet/envs/torchfleet/bin/python'"},
+     "No such file or directory"),
+])
+def test_torchft_missing_names_the_node_and_the_fix(found, said):
+    def broken(raw):
+        raw["torchft"] = found
+
+    def imports(raw):
+        raw["torchft"] = {"rc": 0, "stdout": "0.2.0\n"}
+    results = judge(cluster(n0=imports, n1=imports, n2=broken))
+    assert failures(results) == [("torchft", "n2")]
+    entry = next(entry for entry in results if not entry["ok"])
+    assert entry["reason"].startswith("torchft does not import in the Python environment (") and said in entry["reason"]
+    assert entry["fix"].startswith("run setup.yml -e fault_tolerance=torchft") and "n2 included" in entry["fix"]
+    assert doctor.exit_code(results) == 1
+
+
+def test_an_unreachable_node_gets_no_torchft_result():
+    raws = cluster()
+    raws["n1"] = {"torchft": {"rc": 1, "stderr": "x"}}
+    assert not [entry for entry in judge(raws) if entry["check"] == "torchft"]
