@@ -22,7 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 NAME = (os.environ["TORCHFLEET_TEST_CLUSTER"] + os.environ.get("PYTEST_XDIST_WORKER", "")
         if os.environ.get("TORCHFLEET_TEST_CLUSTER") else f"tfit{os.getpid()}")
 NODES = [f"tf-{NAME}-node{i}" for i in range(3)]
-TEST_PACKAGES = ["torch==2.13.0", "numpy", "tqdm"]
+# torchft for the launches with --fault-tolerance torchft: named in the spec, so that every setup a
+# test runs on the session's cluster keeps it, whatever its -e (setup.yml adds the same pin for
+# -e fault_tolerance=torchft, which the session's own setups pass as a user would).
+TEST_PACKAGES = ["torch==2.13.0", "numpy", "tqdm", "torchft==0.2.0"]
 # The set-up nodes of a session's first cluster, committed for its other workers' clusters.
 SNAPSHOT = "torchfleet/test-set-up"
 
@@ -121,7 +124,7 @@ class Cluster:
         # The first setup, from scratch: what the controller sends into the cluster's network
         # (the wheels once, ssh, Ansible's modules), for test_setup_cluster to judge.
         with devcluster.ControllerTraffic(NAME) as traffic:
-            rc, output = self.setup("-e", "scheduler=slurm")
+            rc, output = self.setup("-e", "scheduler=slurm", "-e", "fault_tolerance=torchft")
             self.first_setup_sent = traffic.sent()
         assert rc == 0, output[-3000:]
 
@@ -153,7 +156,7 @@ class Cluster:
         for suffix in ("", ".pub"):
             shutil.copy(snapshot["key"] + suffix, str(self.key) + suffix)  # with its mode: 0600 for the key
         self.first_setup_sent = snapshot["first_setup_sent"]
-        rc, output = self.setup("-e", "scheduler=slurm")
+        rc, output = self.setup("-e", "scheduler=slurm", "-e", "fault_tolerance=torchft")
         assert rc == 0, output[-3000:]
 
     def down(self):
