@@ -300,6 +300,20 @@ def follow_run(module, plan, run_dir, supervisor_proc, control_dir) -> RunRecord
             pass
 
 
+def torchft_unused(request) -> str | None:
+    """With fault_tolerance torchft, a warning where the script sent never names torchft: without
+    its Manager each node trains alone, and a node back starts from its own step 0."""
+    content = request.file_contents.get(request.script) if request.fault_tolerance == "torchft" else None
+    try:
+        text = base64.b64decode(content or "", validate=True)
+    except ValueError:
+        return None
+    if content is None or b"torchft" in text:
+        return None
+    return (f"fault_tolerance=torchft, but {request.script} never names torchft: each node's group trains alone "
+            f"unless the script uses torchft's Manager (examples/train_ft.py, docs/fault-tolerance.md)")
+
+
 def start_run(module, request, control_dir):
     run_id = request.run_id or new_run_id()
     run_dir = os.path.join(request.log_dir, run_id)
@@ -319,6 +333,9 @@ def start_run(module, request, control_dir):
         files, digests = files_to_place({**request.file_contents, stacks.site_file(plan.site_dir): SITE_CONTENT})
     except ValueError as err:
         module.fail_json(msg=f"file_contents: {err}", run_id=run_id)
+    said = torchft_unused(request)
+    if said:
+        module.warn(said)
     slurm = request.scheduler == "slurm"
     sbatch = script = script_path = batch = None
     if slurm:

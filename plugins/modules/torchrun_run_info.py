@@ -181,6 +181,13 @@ runs:
         - Nodes lost earlier that answer again but that the run did not grow back to, each with why
           (its Python environment or cluster interface changed, another run alive there).
       type: dict
+    groups:
+      description:
+        - With fault_tolerance torchft, each node's replica group, by node name. C(group) its
+          REPLICA_GROUP_ID, C(state) (running, lost, done or failed) C(since) when, C(starts) and
+          C(restarts) (after failures of its own), C(joined) when it last began training, C(cause)
+          of a loss or failure, and C(losses), the last ones with their times and causes.
+      type: dict
     failed_log_tail:
       description: The last lines of that log.
       type: list

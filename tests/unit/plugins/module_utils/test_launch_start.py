@@ -138,3 +138,16 @@ def test_the_launch_modules_zip_carries_every_file_of_the_head_package():
                     waiting.append((found, its_package))
     carried = {name.rpartition(".")[2] for name in seen if name.startswith(f"{prefix}.module_utils._on_node.")}
     assert set(_on_node.FILES) - {"__init__"} <= carried, set(_on_node.FILES) - {"__init__"} - carried
+
+
+def test_a_torchft_launch_of_a_script_that_never_names_torchft_is_warned_of():
+    import base64  # pylint: disable=import-outside-toplevel
+
+    def request(text, fault_tolerance="torchft"):
+        return LaunchRequest.of({"script": "/w/train.py", "fault_tolerance": fault_tolerance,
+                                 "file_contents": {"/w/train.py": base64.b64encode(text).decode()}})
+    said = start.torchft_unused(request(b"import torch\n"))
+    assert said and "/w/train.py never names torchft" in said
+    assert start.torchft_unused(request(b"from torchft import Manager\n")) is None
+    assert start.torchft_unused(request(b"import torch\n", "none")) is None
+    assert start.torchft_unused(LaunchRequest.of({"script": "/shared/t.py", "fault_tolerance": "torchft"})) is None

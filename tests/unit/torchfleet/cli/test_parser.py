@@ -26,17 +26,18 @@ def test_the_launch_options_flags_come_from_the_option_table_and_pass_on_by_thei
     # Each flag is the option's name, and reaches launch.yml by its -e name.
     flagged = [option for option in module_util("_launch_options").OPTIONS if option.cli]
     assert {option.name for option in flagged} == {"max_restarts", "min_nodes", "spare_nodes", "share_nodes", "scheduler",
-                                                   "hang_timeout", "bind_to"}
+                                                   "hang_timeout", "bind_to", "fault_tolerance"}
     assert all(option.short for option in flagged)
 
 
 def test_render_takes_every_flag_launch_takes():
     parser = build_parser()
     given = ["--max-restarts", "1", "--min-nodes", "2", "--spare-nodes", "1", "--share-nodes", "--scheduler", "slurm",
-             "--hang-timeout", "60", "--bind-to", "socket"]
+             "--hang-timeout", "60", "--bind-to", "socket", "--fault-tolerance", "torchft"]
     launch, render = parser.parse_args(["launch", "t.py", *given]), parser.parse_args(["render", "t.py", *given])
     assert option_flags_given(render, "launch") == option_flags_given(launch) != {}
     assert option_flags_given(render, "launch")["bind_to"] == "socket"
+    assert option_flags_given(render, "launch")["fault_tolerance"] == "torchft"
 
 
 def test_every_help_fits_a_terminal_of_80_columns(monkeypatch):

@@ -28,7 +28,7 @@ def test_the_renderers_files_are_pure_standard_library(module):
         elif isinstance(item, ast.ImportFrom):
             imported.add("." * item.level + (item.module or ""))
     assert imported <= {"__future__", "collections.abc", "dataclasses", "ipaddress", "re", "shlex",
-                        "socket", "types", "typing", "datetime", "secrets", ".launch_plan", ".launch_request",
+                        "socket", "types", "typing", "datetime", "secrets", "posixpath", ".launch_plan", ".launch_request",
                         ".launchers", ".plan_checks"}
     names = {item.id for item in ast.walk(tree) if isinstance(item, ast.Name)}
     assert not names & {"open", "os", "subprocess", "print", "input", "eval", "exec"}
