@@ -30,6 +30,15 @@ has no spares and takes a node back only by restarting at once: it is measured f
 
     python bench/recovery.py -i inventory/local.yml --trials 5 [--elastic-trials 2] [--ways kill,pause,cut,blip,spare,grow] [--out FILE]
 
+With --torchft, its own table (bench/results/recovery_torchft.json): `--fault-tolerance torchft`
+(examples/train_ft.py) with node2 killed and started 25 s later, paused 45 s, its network
+dropped 45 s (iptables in its namespace, as root) or rebooted, beside the restart mode (a) for
+kill and pause: the survivors' longest step gap from the event (their stall; restart mode's is its
+resume_s, as no survivor trains before the next attempt does), the steps redone, and the time
+from node2 back to its group's first step (heal_s), at what step against the others'.
+
+    python bench/recovery.py -i inventory/local.yml --torchft --trials 1 [--ways kill,pause,drop,reboot]
+
 Needs the local cluster (`torchfleet cluster up`, then setup.yml), run from the checkout's root.
 """
 
@@ -224,6 +233,64 @@ def trial_torchfleet(cluster, way):
             "left": left, "world_size": world, "cause": (record().get("attempts") or [{}])[0].get("cause")}
 
 
+FT_STEPS = ["--steps", "100000", "--sleep", "0.05"]  # trains until stopped; each trial stops it
+FT_AWAY = {"kill": 25, "pause": 45, "drop": 45, "reboot": 0}  # seconds node2 stays away
+FT_STEP = re.compile(r"TORCHFLEET_STEP (\d+) .*t=([\d.]+)")
+
+
+def ft_marks(cluster, node, index, run_id):
+    """(time, step) of every TORCHFLEET_STEP line of the node's replica group, each start of it."""
+    text = cluster.sh(node, f"cat {RUNS}/{run_id}/workers/node{index}/*/attempt_*/*/stdout.log 2>/dev/null").stdout
+    return sorted((float(m.group(2)), int(m.group(1))) for m in FT_STEP.finditer(text))
+
+
+def trial_torchft(cluster, way):
+    """--fault-tolerance torchft (examples/train_ft.py, a replica group a node): node2 killed and
+    started again 25 s later, paused 45 s, its network dropped 45 s (iptables in its namespace),
+    or rebooted (docker restart). Measured: the survivors' longest step gap from the event on
+    (their stall), the steps redone (a survivor's step going back: none expected), the time from
+    node2 back to its group's first step after it (heal_s) and at what step against the others'."""
+    run_id = f"tf-bench-{uuid.uuid4().hex[:8]}"
+    head, lost = cluster.nodes[0], cluster.nodes[2]
+    started = cluster.torchfleet("launch", "examples/train_ft.py", "-e", "nproc_per_node=1", "-e", f"run_id={run_id}",
+                                 "--detach", "--fault-tolerance", "torchft", "--", *FT_STEPS)
+    if started.returncode != 0:
+        sys.exit(f"torchfleet launch failed:\n{started.stderr[-3000:]}")
+    wait_for(lambda: any(step >= 50 for _t, step in ft_marks(cluster, lost, 2, run_id)), "node2's group at step 50")
+    event = time.time()
+    if way == "drop":
+        pid = docker("inspect", "-f", "{{.State.Pid}}", lost).stdout.strip()
+        for chain in ("INPUT", "OUTPUT"):
+            subprocess.run(["nsenter", "-t", pid, "-n", "iptables", "-I", chain, "-j", "DROP"], check=True)
+    elif way == "reboot":
+        docker("restart", "--time", "0", lost, check=True)
+    else:
+        cluster.take_away(way, lost)
+    time.sleep(FT_AWAY[way])
+    if way == "drop":
+        for chain in ("INPUT", "OUTPUT"):
+            subprocess.run(["nsenter", "-t", pid, "-n", "iptables", "-D", chain, "-j", "DROP"], check=True)
+    elif way == "pause":
+        docker("unpause", lost, check=True)
+    elif way == "kill":
+        cluster.put_back(lost)
+    back = time.time()
+    healed = wait_for(lambda: next(((t, step) for t, step in ft_marks(cluster, lost, 2, run_id) if t > back), None),
+                      "node2's group training again", required=False)
+    time.sleep(10)  # the survivors' steps after it
+    survivor = ft_marks(cluster, head, 0, run_id)
+    record = json.loads(cluster.sh(head, f"cat {RUNS}/{run_id}/state.json").stdout or "{}")
+    cluster.torchfleet("stop", run_id)
+    left = cluster.left()
+    after = [(a, b) for a, b in zip(survivor, survivor[1:]) if b[0] >= event]
+    others = max((step for t, step in survivor if healed and t <= healed[0]), default=None)
+    return {"stall_s": round(max(b[0] - a[0] for a, b in after), 2) if after else None,
+            "steps_redone": sum(max(0, a[1] - b[1] + 1) for a, b in after),
+            "heal_s": round(healed[0] - back, 1) if healed else None,
+            "healed_at": healed[1] if healed else None, "others_at": others,
+            "starts": (record.get("groups") or {}).get(lost, {}).get("starts"), "left": left}
+
+
 def trial_elastic(cluster, way):
     """torchrun's elastic agent on every node, started over ssh (docker exec here) as a user would."""
     tag = uuid.uuid4().hex[:8]
@@ -270,12 +337,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-i", "--inventory", default="inventory/local.yml")
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--ways", default="kill,pause,cut,blip,spare,grow")
+    parser.add_argument("--ways", default=parser_default())
     parser.add_argument("--elastic-trials", type=int,
                         help="trials of torchrun's elastic agent per way (default: --trials); one that never "
                              "restarts takes the whole 240-s bound")
     parser.add_argument("--out", help="the results' file name under bench/results (default: recovery.json)")
+    parser.add_argument("--torchft", action="store_true",
+                        help="--fault-tolerance torchft beside today's restart (ways kill, pause, drop, reboot; the "
+                             "cluster set up with -e fault_tolerance=torchft): its own table")
     args = parser.parse_args()
+    if args.torchft:
+        return torchft_table(Cluster(args.inventory), args)
     elastic_trials = args.trials if args.elastic_trials is None else args.elastic_trials
     cluster = Cluster(args.inventory)
     if cluster.torchfleet("stop", "--all").returncode != 0:
@@ -327,6 +399,37 @@ def main():
                                    "summary": summary,
                                    "runs": table}, indent=1) + "\n")
     print(f"written to {results}")
+
+
+def torchft_table(cluster, args):
+    """The survivors' stall under torchft beside the restart mode's time to train again (resume_s:
+    the survivors train again when the next attempt does), for each way, side by side."""
+    ways = [way for way in args.ways.split(",") if way in FT_AWAY] if args.ways != parser_default() else list(FT_AWAY)
+    table: dict = {}
+    for way in ways:
+        for trial in range(args.trials):
+            for system, run in (("torchft", trial_torchft), ("restart", trial_torchfleet)):
+                if system == "restart" and way not in ("kill", "pause"):
+                    continue  # its cut is a network disconnect (bench's other table); reboot as kill
+                result = run(cluster, way)
+                table.setdefault(way, {}).setdefault(system, []).append(result)
+                print(f"{way:<6} {system:<8} trial {trial + 1}: {result}", flush=True)
+    summary = {way: {system: {key: statistics.median(t[key] for t in trials) if all(
+        isinstance(t.get(key), (int, float)) for t in trials) else None for key in trials[0] if key != "cause"}
+        for system, trials in systems.items()} for way, systems in table.items()}
+    for way, row in summary.items():
+        ft, restart = row["torchft"], row.get("restart") or {}
+        if ft.get("stall_s") and restart.get("resume_s"):
+            row["stall_ratio"] = round(ft["stall_s"] / restart["resume_s"], 3)
+        print(f"{way:<6} torchft: {ft}; restart: {restart or 'not measured'}; ratio {row.get('stall_ratio')}")
+    results = Path(REPO / "bench" / "results" / (args.out or "recovery_torchft.json"))
+    results.write_text(json.dumps({"commit": commit(), "trials": args.trials, "summary": summary, "runs": table},
+                                  indent=1) + "\n")
+    print(f"written to {results}")
+
+
+def parser_default() -> str:
+    return "kill,pause,cut,blip,spare,grow"
 
 
 if __name__ == "__main__":
