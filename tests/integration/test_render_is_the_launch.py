@@ -70,3 +70,23 @@ def assert_render_is_the_launch(cluster, *flags, env_ok=()):
 ])
 def test_render_shows_the_argv_and_hostfile_the_launch_runs(cluster, flags):
     assert_render_is_the_launch(cluster, *flags)
+
+
+def test_render_shows_the_lighthouse_and_each_nodes_group_the_torchft_launch_runs(cluster):
+    # fault_tolerance torchft: the command is the Lighthouse's, then each node's group, run by the
+    # supervisor itself (no hostfile); the ticker never names torchft, so each group ticks alone.
+    run_id = f"tf-same-{uuid.uuid4().hex[:8]}"
+    flags = ("-e", "nproc_per_node=1", "--fault-tolerance", "torchft", "--min-nodes", "2")
+    shown = torchfleet(cluster, "render", TICKER, "--json", "-e", f"run_id={run_id}", *flags, *QUICK)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    rendered = json.loads(shown.stdout)
+    launched = torchfleet(cluster, "launch", TICKER, "-e", f"run_id={run_id}", *flags, *QUICK, timeout=LIMIT)
+    assert launched.returncode == 0, launched.stdout[-2000:] + launched.stderr[-3000:]
+    assert "never names torchft" in launched.stdout + launched.stderr
+    plan = json.loads(run(["docker", "exec", HEAD, "cat", f"{RUNS}/{run_id}/run.json"], timeout=60).stdout)
+    site = re.compile(r"export PYTHONPATH=\S+ TORCHFLEET_STACKS_DIR=\S+; ")
+    assert site.sub("", plan["command"]) == rendered["command"].replace(" --tee=3", ""), (
+        rendered["command"], plan["command"])
+    lines = rendered["command"].splitlines()
+    assert lines[0].split()[:3] == [lines[0].split()[0], "--min_replicas", "2"] and len(lines) == 4, lines
+    assert [line.split()[0] for line in lines[1:]] == [f"[{node}]" for node in NODES], lines

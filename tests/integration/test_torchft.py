@@ -20,7 +20,7 @@ from ready_cluster import NODES
 from test_faults import LAUNCH_TIMEOUT, RUNS, STARTED_WITHIN, Background, docker, head_record, wait_until
 from test_faults import restored  # noqa: F401 pylint: disable=unused-import
 
-STEPS = 1200  # about 90 s of training on three 1-worker groups here, 0.05 s asleep a step
+STEPS = 900  # about 65 s of training on three 1-worker groups here, 0.05 s asleep a step
 AWAY = 25  # seconds the killed node stays down
 # The group's own processes on a node: its torchrun and its worker (not the head's ssh to it).
 GROUP = r"^\S*(torchrun|python\S*) .*train_ft\.py"
