@@ -300,10 +300,12 @@ def follow_run(module, plan, run_dir, supervisor_proc, control_dir) -> RunRecord
             pass
 
 
-def torchft_unused(request) -> str | None:
+def torchft_unused(request, files: dict) -> str | None:
     """With fault_tolerance torchft, a warning where the script sent never names torchft: without
-    its Manager each node trains alone, and a node back starts from its own step 0."""
-    content = request.file_contents.get(request.script) if request.fault_tolerance == "torchft" else None
+    its Manager each node trains alone, and a node back starts from its own step 0. `files`: the
+    files sent, by absolute path (files_to_place)."""
+    script = os.path.expanduser(request.script or "")
+    content = files.get(script) if request.fault_tolerance == "torchft" else None
     try:
         text = base64.b64decode(content or "", validate=True)
     except ValueError:
@@ -333,7 +335,7 @@ def start_run(module, request, control_dir):
         files, digests = files_to_place({**request.file_contents, stacks.site_file(plan.site_dir): SITE_CONTENT})
     except ValueError as err:
         module.fail_json(msg=f"file_contents: {err}", run_id=run_id)
-    said = torchft_unused(request)
+    said = torchft_unused(request, files)
     if said:
         module.warn(said)
     slurm = request.scheduler == "slurm"

@@ -143,11 +143,14 @@ def test_the_launch_modules_zip_carries_every_file_of_the_head_package():
 def test_a_torchft_launch_of_a_script_that_never_names_torchft_is_warned_of():
     import base64  # pylint: disable=import-outside-toplevel
 
-    def request(text, fault_tolerance="torchft"):
-        return LaunchRequest.of({"script": "/w/train.py", "fault_tolerance": fault_tolerance,
-                                 "file_contents": {"/w/train.py": base64.b64encode(text).decode()}})
-    said = start.torchft_unused(request(b"import torch\n"))
-    assert said and "/w/train.py never names torchft" in said
-    assert start.torchft_unused(request(b"from torchft import Manager\n")) is None
-    assert start.torchft_unused(request(b"import torch\n", "none")) is None
-    assert start.torchft_unused(LaunchRequest.of({"script": "/shared/t.py", "fault_tolerance": "torchft"})) is None
+    def warned(text, fault_tolerance="torchft", script="~/scripts/train.py"):
+        request = LaunchRequest.of({"script": script, "fault_tolerance": fault_tolerance})
+        # As the launch role sends it: the script's path on the nodes, ~ for the account's home.
+        files, _digests = start.files_to_place({"~/scripts/train.py": base64.b64encode(text).decode()})
+        return start.torchft_unused(request, files)
+    said = warned(b"import torch\n")
+    assert said and "~/scripts/train.py never names torchft" in said
+    assert warned(b"import torch\n", script=os.path.expanduser("~/scripts/train.py"))
+    assert warned(b"from torchft import Manager\n") is None
+    assert warned(b"import torch\n", "none") is None
+    assert warned(b"import torch\n", script="/shared/t.py") is None  # shared storage: nothing sent
