@@ -292,8 +292,10 @@ options:
         least 1) as its C(--min_replicas). A lost node ends no process on another node; a node back,
         or a group that failed by itself (O(max_restarts) a node), is started again alone and heals
         from a live peer. The run succeeds when every group left ends with 0, and fails when fewer
-        than O(min_nodes) groups train for O(restart_wait) seconds. Torchrun mode over ssh with two
-        nodes or more; not with O(scheduler=slurm) or O(spare_nodes)."
+        than O(min_nodes) groups train for O(restart_wait) seconds. With O(spare_nodes), a spare
+        runs a lost node's group at once (its E(REPLICA_GROUP_ID)), without O(max_restarts); the
+        node back is a spare. Torchrun mode over ssh with two nodes or more; not with
+        O(scheduler=slurm)."
     type: str
     choices: [none, torchft]
     default: none

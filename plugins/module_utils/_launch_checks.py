@@ -251,7 +251,7 @@ def problems(request: dict) -> list[str]:
             return [shape]
         found = _start_problems(request) + _scheduler_problems(request) + restart_problems(
             request.get("restart") or {}, len(run_nodes(request)), request["mode"],
-            str(request.get("scheduler") or "none"))
+            str(request.get("scheduler") or "none"), fault_tolerance=str(request.get("fault_tolerance") or "none"))
     if request.get("facts_pending"):
         return found  # setup's facts are read back from the nodes next, and checked then
     # setup.yml caches both; a node without them was never set up, or its cache expired.
@@ -277,10 +277,12 @@ def problems(request: dict) -> list[str]:
     return found
 
 
-def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, check_nodes: bool = True) -> list[str]:
+def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, check_nodes: bool = True,
+                     fault_tolerance: str = "none") -> list[str]:
     """What is wrong with the restart options (max_restarts, min_nodes, restart_wait,
     final_exit_codes, by those names) for a run on `nodes` nodes; each message names the
-    variable, its value and the fix."""
+    variable, its value and the fix. With fault_tolerance torchft a spare takes a lost node's
+    group at once, without a restart."""
     found, values = [], {}
     for key, least in (("max_restarts", 0), ("min_nodes", 0), ("restart_wait", 0), ("spare_nodes", 0),
                        ("rejoin_after", 0)):
@@ -295,7 +297,7 @@ def restart_problems(restart: Mapping, nodes: int, mode: str, scheduler: str, ch
     if spare and spare >= nodes:
         found.append(f"spare_nodes is {spare}, but the run has {nodes} node(s) and the head is never a spare: "
                      f"give at most {nodes - 1}.")
-    elif spare and values.get("max_restarts", 0) == 0:
+    elif spare and values.get("max_restarts", 0) == 0 and fault_tolerance != "torchft":
         found.append(f"spare_nodes is {spare}, but max_restarts is 0: a spare replaces a lost node in a "
                      f"restart; set max_restarts (for example 2), or remove spare_nodes.")
     elif spare and scheduler == "slurm":
@@ -361,7 +363,8 @@ def module_refusal(request) -> str | None:
     cannot say: what cannot run under Slurm (the role's problems() said it earlier, by the
     role's names, but the module is also called directly)."""
     restart = {key: getattr(request, key) for key in RESTART_OPTIONS}
-    found = restart_problems(restart, len(request.nodes or ()), request.mode, request.scheduler, request.check_nodes)
+    found = restart_problems(restart, len(request.nodes or ()), request.mode, request.scheduler, request.check_nodes,
+                             request.fault_tolerance)
     if request.scheduler == "slurm":
         found += _slurm_conflicts(request.mode, bool(request.tree_spawn), "mode")
     found += [said for said in [heartbeat_problem(request.heartbeat_timeout), hang_problem(request.hang_timeout)] if said]

@@ -328,8 +328,9 @@ OPTIONS: tuple[Option, ...] = (
                "C(--min_replicas). A lost node ends no process on another node; a node back, or a group that failed "
                "by itself (O(max_restarts) a node), is started again alone and heals from a live peer. The run "
                "succeeds when every group left ends with 0, and fails when fewer than O(min_nodes) groups train for "
-               "O(restart_wait) seconds. Torchrun mode over ssh with two nodes or more; not with O(scheduler=slurm) "
-               "or O(spare_nodes).")),
+               "O(restart_wait) seconds. With O(spare_nodes), a spare runs a lost node's group at once (its "
+               "E(REPLICA_GROUP_ID)), without O(max_restarts); the node back is a spare. Torchrun mode over ssh with "
+               "two nodes or more; not with O(scheduler=slurm).")),
     Option("torchft_heartbeat_ms", "int", "With fault_tolerance torchft: milliseconds the Lighthouse waits for a "
            "replica group's heartbeat before it forms the quorum without it (what a killed node costs the others).",
            default=1000, role_type="raw", short="torchft_heartbeat_ms",
@@ -485,6 +486,7 @@ RESTART_OPTIONS = ("max_restarts", "min_nodes", "restart_wait", "final_exit_code
 # The options problems() reads; validate.yml hands it these alone (each variable templated costs
 # the launch time), as tools/write_launch_options.py writes them.
 CHECKED_OPTIONS = ("action", "script", *LIST_OPTIONS, "shared_storage", "run_id", "mode", "mpich_launcher",
-                   "master_port", "nproc_per_node", "tree_spawn", "bind_to", "log_dir", *RESTART_OPTIONS, "scheduler",
+                   "master_port", "nproc_per_node", "tree_spawn", "bind_to", "log_dir", *RESTART_OPTIONS, "fault_tolerance",
+                   "scheduler",
                    "slurm_partition", "slurm_account", "slurm_time_limit", "slurm_gpus_per_node", "group",
                    "head_node", "exclude")

@@ -306,8 +306,6 @@ def _check_fault_tolerance(plan: Plan) -> None:
         why = f"mode {request.mode} runs no torchrun a node from the head: use mode torchrun"
     elif len(plan.nodes) < 2:
         why = "the run has one node, and a replica group needs another to heal from: give two nodes or more"
-    elif request.spare_nodes:
-        why = "spare_nodes is not built with torchft (a node back heals instead): remove spare_nodes"
     elif request.expect_packages and not any(name.lower().replace("_", "-") == "torchft"
                                              for name in request.expect_packages):
         why = (f"setup installed no torchft in the Python environment on {request.head}: run "

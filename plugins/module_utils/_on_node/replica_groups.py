@@ -42,6 +42,7 @@ RUST_LOG = "warn"  # ssh's own exit status: the connection, not the command, fai
 class GroupState(enum.Enum):
     RUNNING = "running"
     LOST = "lost"  # its node dead, cut off or silent past the tolerance
+    SPARE = "spare"  # a spare took its place; its node, back, is a spare now
     DONE = "done"  # ended with 0
     FAILED = "failed"  # ended otherwise, its restarts spent
 
@@ -63,6 +64,7 @@ class Group:  # pylint: disable=too-many-instance-attributes
         # When its processes, which outlived its loss (a pause, a cut), were back (monotonic): a
         # failure within CAME_BACK_WINDOW of it is the loss's (torchft's own time-outs expired).
         self.came_back: float | None = None
+        self.replaced = False  # a spare runs its group now: its node is not started again
 
     def shown(self) -> dict:
         return {"group": self.index, "state": self.state.value, "starts": self.starts, "restarts": self.restarts,
@@ -83,9 +85,13 @@ class ReplicaGroups:  # pylint: disable=too-many-instance-attributes
         self.head, self.ssh, self.grace = plan.head, plan.ssh, plan.request.stop_grace
         self.fewest = max(1, plan.request.min_nodes)
         self.lighthouse: subprocess.Popen | None = None
-        nodes = {node.name: node for node in run.nodes}
-        self.groups = [Group(nodes[name], index, rendered.groups[name], rendered.per_node_env.get(name, {}))
-                       for index, name in enumerate(rendered.nodes)]
+        # The world's nodes (run.nodes) each run a group; the run's other nodes (spare_nodes) wait
+        # to take a lost group's place, its REPLICA_GROUP_ID with it.
+        world = {node.name: node for node in run.nodes}
+        every = {node["name"]: Node.of(node) for node in plan.request.nodes or ()}
+        self.groups = [Group(world[name], index, rendered.groups[name], self._own(world[name], index))
+                       for index, name in enumerate(name for name in rendered.nodes if name in world)]
+        self.spares = [every[name] for name in rendered.nodes if name not in world and name in every]
         self.returncode: int | None = None
         self.message = ""  # how the groups ended, for the record
         self.short_since: float | None = None  # monotonic: since when fewer than min_nodes groups train
@@ -93,6 +99,11 @@ class ReplicaGroups:  # pylint: disable=too-many-instance-attributes
         self.looking: set = set()  # names of the lost nodes a thread looks at
         self.news: list = []  # sentences for the record's message, taken by `said`
         self.ended = threading.Event()
+
+    def _own(self, node: Node, index: int) -> dict:
+        """A group's own variables on `node`: its index, the world's size, the node's interface."""
+        own = {"REPLICA_GROUP_ID": str(index), "NUM_REPLICA_GROUPS": str(len(self.run.nodes))}
+        return {**own, **({"GLOO_SOCKET_IFNAME": node.interface} if node.interface else {})}
 
     @property
     def pid(self) -> int:
@@ -185,7 +196,19 @@ class ReplicaGroups:  # pylint: disable=too-many-instance-attributes
     def _lose(self, group: Group, cause: str) -> None:
         self._set(group, GroupState.LOST, cause)
         group.losses = (group.losses + [{"since": group.since, "cause": cause}])[-LOSSES_KEPT:]
-        self.news.append(f"{cause}; the other replica groups train on")
+        if not self.spares:
+            self.news.append(f"{cause}; the other replica groups train on")
+            return
+        # A spare takes its place at once, as its group (its index); the node lost, back, is a spare.
+        spare = self.spares.pop(0)
+        if group.proc is not None:  # silent, not dead: what it still runs there ends once it answers
+            _end(group.proc, 0)
+            group.proc = None
+        group.replaced = True
+        taking = Group(spare, group.index, group.argv, self._own(spare, group.index))
+        taking.proc = self._start_group(taking)
+        self.groups.append(taking)
+        self.news.append(f"{cause}; spare {spare.name} runs its replica group now, healing from a live peer")
 
     def _turn(self) -> None:
         request = self.run.plan.request
@@ -223,7 +246,11 @@ class ReplicaGroups:  # pylint: disable=too-many-instance-attributes
         while not self.back.empty():
             group, proc = self.back.get()
             self.looking.discard(group.node.name)
-            if isinstance(proc, subprocess.Popen):
+            if group.replaced:  # its node answers again, nothing of the run left there: a spare
+                self._set(group, GroupState.SPARE, "")
+                self.spares.append(group.node)
+                self.news.append(f"{group.node.name} answers again: a spare now")
+            elif isinstance(proc, subprocess.Popen):
                 group.proc = proc
                 self._set(group, GroupState.RUNNING, "")
                 group.joined = group.since
@@ -244,7 +271,7 @@ class ReplicaGroups:  # pylint: disable=too-many-instance-attributes
                 ended = end_run_on_nodes([node], self.head, self.ssh, self.run.plan.request.python,
                                          self.run.plan.run_id, self.grace)
                 if not ended["silent"] and not self.ended.is_set():
-                    self.back.put((group, self._start_group(group)))
+                    self.back.put((group, None if group.replaced else self._start_group(group)))
                     return
             self.ended.wait(LOOK_EVERY)
 
@@ -282,7 +309,7 @@ class ReplicaGroups:  # pylint: disable=too-many-instance-attributes
         return news
 
     def shown(self) -> dict:
-        """{node: its group as the record shows it}."""
+        """{node: its group as the record shows it}: a node's latest group."""
         return {group.node.name: group.shown() for group in self.groups}
 
     def lost(self) -> dict:

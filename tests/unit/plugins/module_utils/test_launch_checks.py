@@ -40,6 +40,11 @@ def test_restarts_under_slurm_need_the_heads_ssh_to_the_nodes():
     assert len(found) == 1 and "check_nodes false" in found[0] and "set check_nodes true" in found[0], found
 
 
+def test_a_spare_needs_max_restarts_unless_torchft_runs_a_lost_nodes_group_on_it():
+    assert "but max_restarts is 0" in lc.restart_problems({"spare_nodes": 1}, 3, "torchrun", "none")[0]
+    assert lc.restart_problems({"spare_nodes": 1}, 3, "torchrun", "none", fault_tolerance="torchft") == []
+
+
 def test_good_restart_options_pass():
     assert lc.restart_problems({"max_restarts": "2", "min_nodes": "2", "restart_wait": "60",
                                 "final_exit_codes": [2, "3"]}, 3, "torchrun", "none") == []

@@ -182,7 +182,6 @@ def test_torchrun_extra_args_may_not_set_what_torchfleet_sets(extra, mode, expec
     (dict(scheduler="slurm"), "scheduler=slurm starts the run as one job"),
     (dict(mode="rank"), "mode rank runs no torchrun a node"),
     (dict(nodes=(node(1),)), "the run has one node"),
-    (dict(spare_nodes=1, max_restarts=1), "spare_nodes is not built with torchft"),
     (dict(expect_packages={"torch": "2.13.0", "numpy": "2"}), "setup installed no torchft"),
     (dict(torchft_heartbeat_ms=50), "torchft_heartbeat_ms is 50"),
     (dict(torchft_heartbeat_ms=True), "torchft_heartbeat_ms is True"),

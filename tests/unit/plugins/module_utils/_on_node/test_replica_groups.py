@@ -17,7 +17,8 @@ from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch
 from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.replica_groups import GroupState, ReplicaGroups
 
 # Runs the remote command (ssh's last argument) here, as the node would.
-FAKE_SSH = "#!{python}\nimport os, sys\nos.execvp('sh', ['sh', '-c', sys.argv[-1]])\n"
+FAKE_SSH = ("#!{python}\nimport os, sys\nos.environ['FAKE_ADDRESS'] = sys.argv[-2]\n"
+            "os.execvp('sh', ['sh', '-c', sys.argv[-1]])\n")
 
 
 class Run:  # the supervisor's Run, as far as the groups ask it
@@ -25,10 +26,11 @@ class Run:  # the supervisor's Run, as far as the groups ask it
         ssh = tmp_path / "ssh"
         ssh.write_text(FAKE_SSH.format(python=sys.executable))
         ssh.chmod(0o755)
-        request = LaunchRequest.of({"stop_grace": 2, "restart_wait": 3, **options})
+        every = [{"name": f"n{index}", "address": f"127.0.0.{index + 1}", "slots": 1} for index in range(3)]
+        request = LaunchRequest.of({"stop_grace": 2, "restart_wait": 3, "nodes": every, **options})
         self.plan = SimpleNamespace(head="n0", ssh=str(ssh), request=request, control_dir=None, cwd=str(tmp_path),
                                     paths={"run": str(tmp_path)}, run_id="tf-test")
-        self.nodes = [Node("n0", "127.0.0.1", 1), Node("n1", "127.0.0.1", 1)]
+        self.nodes = [Node("n0", "127.0.0.1", 1), Node("n1", "127.0.0.2", 1)]  # the world
         self.rewatched: list = []
 
     def rewatch(self, name):
@@ -36,12 +38,15 @@ class Run:  # the supervisor's Run, as far as the groups ask it
 
 
 def groups_of(tmp_path, script: str, env=None, secrets=(), inherit=(), **options) -> ReplicaGroups:
-    """The groups of a run of two nodes, each running `script` (after its variables from stdin)."""
+    """The groups of a run of two nodes and a spare (n2), each running `script` (after its
+    variables from stdin), rendered as the supervisor renders them: for every node of the run.
+    Their processes carry another run id than the plan's: a node's clean-up (end_run_on_nodes,
+    through the stand-in ssh) ends processes of the plan's run here, on the one machine."""
     argv = ["/bin/sh", "-c", 'eval "$(cat)"; ' + script, "torchfleet"]
     rendered = SimpleNamespace(
-        argv=[sys.executable, "-c", "import time; time.sleep(60)"], nodes=("n0", "n1"),
-        groups={"n0": argv, "n1": argv}, env={"TORCHFLEET_RUN_ID": "tf-test", "NUM_REPLICA_GROUPS": "2"},
-        per_node_env={"n0": {"REPLICA_GROUP_ID": "0"}, "n1": {"REPLICA_GROUP_ID": "1"}},
+        argv=[sys.executable, "-c", "import time; time.sleep(60)"], nodes=("n0", "n1", "n2"),
+        groups={"n0": argv, "n1": argv, "n2": argv}, env={"TORCHFLEET_RUN_ID": "tf-unit", "NUM_REPLICA_GROUPS": "3"},
+        per_node_env={f"n{index}": {"REPLICA_GROUP_ID": str(index)} for index in range(3)},
         inherit=tuple(inherit), secrets=tuple(secrets))
     groups = ReplicaGroups(Run(tmp_path, **options), rendered, dict(os.environ, **(env or {})),
                            str(tmp_path / "launcher.log"))
@@ -124,3 +129,18 @@ def test_the_lighthouse_writes_its_own_log_not_the_runs_output(tmp_path):
     groups = groups_of(tmp_path, "exit 0")
     assert finish(groups) == 0
     assert (tmp_path / "lighthouse.log").exists()
+
+
+def test_a_spare_takes_a_lost_groups_place_at_once_and_the_node_back_is_a_spare(tmp_path):
+    # n1's ssh drops (255): n2, the spare, runs group 1 at once; n1, answering again, waits as a spare.
+    log = tmp_path / "ran"
+    script = (f'[ "$FAKE_ADDRESS" = 127.0.0.2 ] && exit 255; '
+              f'echo "${{FAKE_ADDRESS:-head}} $REPLICA_GROUP_ID $NUM_REPLICA_GROUPS" >> {log}; sleep 2; exit 0')
+    groups = groups_of(tmp_path, script)
+    assert finish(groups) == 0
+    assert sorted(log.read_text().splitlines()) == ["127.0.0.3 1 2", "head 0 2"]
+    shown = groups.shown()
+    assert (shown["n2"]["group"], shown["n2"]["state"]) == (1, "done")
+    assert shown["n1"]["state"] in ("lost", "spare") and shown["n1"]["losses"], shown
+    assert groups.message == "every replica group ended with 0 (n1 lost, not back before the end)" or \
+        groups.message == "every replica group ended with 0", groups.message
