@@ -168,9 +168,9 @@ def test_ranks_in_step_apart_in_time_or_all_late_by_turns_name_no_one_the_others
     progress.saw("/w/node0/x/attempt_0/0/stdout.log", 1, 1.0)
     for start in (0, 20, 40):
         for rank in range(2):
-            arrivals = b",".join(b"0.%d:%d" % (seq, seq * 100_000 + (50_000 if seq % 2 == rank else 0))
-                                 for seq in range(start, start + 20))
-            progress.line(b"A " + arrivals + b" /r/stacks/attempt_0/rank_%d.7.arrivals\n" % rank)
+            progress.line(b"A " + b",".join(b"0.%d:%d" % (seq, seq * 100_000 + (50_000 if seq % 2 == rank else 0))
+                                           for seq in range(start, start + 20))
+                          + b" /r/stacks/attempt_0/rank_%d.7.arrivals\n" % rank)
         assert "stragglers" not in progress.shown(str)
 
 
