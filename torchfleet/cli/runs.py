@@ -129,11 +129,9 @@ def progress_lines(progress: dict, now: float) -> list[str]:
         rows = [(f"{node} (rank {rank}, its oldest)", ages[rank], ranks[rank])
                 for node, rank in sorted(oldest.items())]
     for what, age, entry in rows:
-        step, rate, lag = entry.get("step"), entry.get("rate"), entry.get("lag")
+        step, rate = entry.get("step"), entry.get("rate")
         lines.append(f"  {what}: {age:.0f} s ago{f', step {step}' if step is not None else ''}"
-                     f"{f', {rate} steps/s' if rate is not None else ''}"
-                     f"{f', {lag} s behind the first at collectives' if lag else ''}"
-                     f"{'  stalled?' if half and age > half else ''}")
+                     f"{f', {rate} steps/s' if rate is not None else ''}{'  stalled?' if half and age > half else ''}")
     lines += [f"  straggler: {named}" for named in (progress.get("stragglers") or {}).values()]
     return lines
 

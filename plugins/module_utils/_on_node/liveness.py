@@ -227,7 +227,7 @@ class NodeBeat:
             line = proc.stdout.readline() if proc.stdout else b""  # a pipe (_session)
             if line.endswith(b"\n"):
                 self.beat = time.monotonic()
-                if line.startswith((b"P ", b"A ")) and self.progress is not None:  # progress.SCAN
+                if line.startswith(b"P ") and self.progress is not None:
                     self.progress.line(line, self.beat)
                 continue
             closed, self.confirming = time.monotonic(), True  # the session closed

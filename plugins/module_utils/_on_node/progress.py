@@ -9,11 +9,10 @@ paused node stops the clock, since its ranks could not have written (liveness sa
 node is lost). The default timeout is learned from the run (learned_timeout).
 
 A straggler is a rank whose marks show it stepping clearly slower than the others: over its last
-STRAGGLER_WINDOW s of marks, under STRAGGLER_RATIO of the median rate of the other ranks: the slow
-rank of a run whose ranks step apart (asynchronous work, collectives every many steps, independent
-workers). Ranks in lockstep (a collective each step) all step at the slowest one's rate; there the
-straggler is the rank the others wait for, named from the ranks' arrivals at their collectives
-(judge_waited_for, from the lines stacks.SITE writes).
+STRAGGLER_WINDOW s of marks, under STRAGGLER_RATIO of the median rate of the other ranks. Ranks in
+lockstep (a collective each step) all step at the slowest one's rate, so none is named there: the
+rule names the slow rank of a run whose ranks step apart (asynchronous work, collectives every
+many steps, independent workers).
 """
 
 from __future__ import annotations
@@ -28,12 +27,10 @@ from .labels import slot_owner
 
 # Run on each node by the beat (python -S: the standard library alone) and by the head for its
 # own files: each look writes "P SIZE STEP PATH" for every file that grew (STEP: the last mark
-# in what it wrote since, or -), and "A ARRIVALS PATH" for a rank's arrivals file that changed
-# (stacks.py: its last line, pg.seq:microseconds,...). A file not grown is not read.
+# in what it wrote since, or -). A file not grown is not read.
 SCAN = r'''
 import glob, os, re
 _MARK = re.compile(rb"(?:^|[\r\n])TORCHFLEET_STEP[ =](\d+)")
-_ARRIVALS = re.compile(rb"TORCHFLEET_ARRIVALS ([0-9.:,]+)\n")
 def scan(patterns, sizes, write):
     for pattern in patterns:
         for path in glob.glob(pattern):
@@ -45,16 +42,6 @@ def scan(patterns, sizes, write):
             if size == before:
                 continue
             sizes[path] = size
-            if path.endswith(".arrivals"):  # a rank's arrivals at its collectives: the last line
-                try:
-                    with open(path, "rb") as handle:
-                        handle.seek(max(0, size - 16384))
-                        found = _ARRIVALS.findall(handle.read(16384))
-                except OSError:
-                    found = []
-                if found:
-                    write(b"A %s %s\n" % (found[-1], os.fsencode(path)))
-                continue
             step = b"-"
             if size > before:
                 start = max(before, size - 65536)
@@ -81,39 +68,20 @@ NAMED = 4  # ranks named in a sentence, at most
 STRAGGLER_WINDOW = 30.0  # seconds of a rank's marks its step rate is judged over
 STRAGGLER_RATIO = 0.5  # a rank under this fraction of the others' median rate is a straggler
 STRAGGLER_MIN_STEPS = 10  # the others' median must make this many steps in a window to judge
-# The rank the others wait for, in lockstep: each rank's arrivals at its newest collectives
-# (stacks.py, from torch's flight recorder) compared, collective by collective, with the first
-# rank's. A rank is waited for where the sum of its lags behind the first arrival is at least
-# WAITED_SHARE of the time those collectives span (the fastest rank waits that share of its time
-# for it: its section between two collectives takes 1.4 times the fastest's, where NVIDIA's
-# straggler detection flags a rank under 0.7 of the best score), and at least WAITED_OF_TOP of the
-# largest such share (every rank of a slow node is named, not the ranks that merely arrive after
-# the first), judged over WAITED_MIN collectives or more.
-# A rank is named once judged so twice in a row (at two writes of the record, 10 s apart, over
-# fresh arrivals): a moment's noise (a checkpoint, a burst on its node) names no one.
-WAITED_SHARE = 0.3
-WAITED_OF_TOP = 0.5
-WAITED_MIN = 8
-WAITED_OVER = 64  # the newest collectives every rank's lines hold, compared (a rank's line holds 64)
-WAITED_TIMES = 2
 
 _TORCHRUN_FILE = re.compile(r"/node(\d+)/[^/]+/attempt_\d+/(\d+)/std(?:out|err)\.log$")
 _RANK_FILE = re.compile(r"/rank\.(\d+)/std(?:out|err)$")
-_ARRIVALS_FILE = re.compile(r"/rank_(\d+)\.\d+\.arrivals$")
 
 
-def patterns(mode: str, workers: str | None, ranks: str | None, index: int,
-             stacks: str | None = None) -> list[str]:
+def patterns(mode: str, workers: str | None, ranks: str | None, index: int) -> list[str]:
     """The files of the attempt's ranks on its node `index`: torchrun's files of that node's
     workers (of this attempt's log directory: an earlier attempt's ranks write elsewhere), or Open
-    MPI's per-rank files in rank mode; and their arrivals at collectives in `stacks`, the attempt's
-    directory of stacks (stacks.py)."""
-    found = []
+    MPI's per-rank files in rank mode."""
     if mode != "rank" and workers:
-        found = [f"{glob_escape(workers)}/node{index}/*/attempt_*/*/std*.log"]
-    elif mode == "rank" and ranks:
-        found = [f"{glob_escape(ranks)}/*/rank.*/std*"]
-    return found + ([f"{glob_escape(stacks)}/rank_*.arrivals"] if found and stacks else [])
+        return [f"{glob_escape(workers)}/node{index}/*/attempt_*/*/std*.log"]
+    if mode == "rank" and ranks:
+        return [f"{glob_escape(ranks)}/*/rank.*/std*"]
+    return []
 
 
 def glob_escape(path: str) -> str:
@@ -160,11 +128,6 @@ class Progress:
         self.longest_gap = 0.0
         self.paused_until: float | None = None  # the last moment a node was not alive
         self.stragglers: dict[int, tuple[float, float]] = {}  # rank: (its rate, the others'), once judged
-        self.arrivals: dict[int, tuple[dict, dict]] = {}  # rank: its last two lines, {pg.seq: microseconds}
-        self.waited_for: dict[int, tuple[float, float, int]] = {}  # rank: (median lag s, share, collectives)
-        self.lags: dict[int, float] = {}  # rank: its median lag behind the first arrival, s (the last judged)
-        self.late_times: dict[int, int] = {}  # rank: the judgements in a row that found it waited for
-        self.judged_on: frozenset = frozenset()  # the collectives of the last judgement
         self.lock = threading.Lock()
 
     def rank_of(self, path: str) -> tuple[int, str | None] | None:
@@ -187,67 +150,12 @@ class Progress:
         return self.nodes[index] if index is not None and index < len(self.nodes) else None
 
     def line(self, line: bytes, now: float | None = None) -> None:
-        """A scan's line ("P SIZE STEP PATH", "A ARRIVALS PATH"), as a node's beat or the head's scan said it."""
-        if line.startswith(b"A "):
-            try:
-                _tag, said, path = line.rstrip(b"\n").split(b" ", 2)
-            except ValueError:
-                return
-            self.arrived(os.fsdecode(path), said)
-            return
+        """A scan's line ("P SIZE STEP PATH"), as a node's beat or the head's scan said it."""
         try:
             _tag, _size, step, path = line.rstrip(b"\n").split(b" ", 3)
         except ValueError:
             return
         self.saw(os.fsdecode(path), None if step == b"-" else int(step), time.monotonic() if now is None else now)
-
-    def arrived(self, path: str, said: bytes) -> None:
-        """A rank's last arrivals line (the scan's "A"): pg.seq:microseconds,..."""
-        found = _ARRIVALS_FILE.search(path)
-        if not found:
-            return
-        times = {}
-        for item in said.split(b","):
-            key, _sep, value = item.partition(b":")
-            if value.isdigit():
-                times[key.decode("ascii", "replace")] = int(value)
-        with self.lock:
-            rank = int(found.group(1))
-            self.arrivals[rank] = (self.arrivals.get(rank, ({}, {}))[1], times)
-
-    def judge_waited_for(self) -> None:
-        """Name (and keep named, with its latest figures) each rank the others wait for at their
-        collectives: over the newest WAITED_OVER collectives every rank's last two lines hold, the sum of its lags
-        behind the first arrival is WAITED_SHARE or more of the time they span, and WAITED_OF_TOP
-        or more of the largest sum, at WAITED_TIMES judgements in a row over fresh arrivals. Ranks
-        whose clocks disagree by more than the lags judged (nodes without NTP) would be misjudged: a
-        lag is a difference of two nodes' clocks."""
-        arrivals = {rank: {**older, **newer} for rank, (older, newer) in self.arrivals.items()}
-        if len(arrivals) < 2:
-            return
-        common = set.intersection(*(set(times) for times in arrivals.values()))
-        if len(common) < WAITED_MIN:
-            return
-        first = {key: min(times[key] for times in arrivals.values()) for key in common}
-        common = set(sorted(common, key=first.__getitem__)[-WAITED_OVER:])  # the newest: now, not 20 s ago
-        if common == self.judged_on:
-            return  # no fresh arrivals since the last judgement
-        self.judged_on = frozenset(common)
-        first = {key: first[key] for key in common}
-        span = (max(first.values()) - min(first.values())) / 1e6
-        if span <= 0:
-            return
-        lags = {rank: sorted((times[key] - first[key]) / 1e6 for key in common) for rank, times in arrivals.items()}
-        shares = {rank: sum(lag) / span for rank, lag in lags.items()}
-        top = max(shares.values())
-        self.lags = {rank: lag[len(lag) // 2] for rank, lag in lags.items()}
-        late = [rank for rank, share in shares.items() if share >= WAITED_SHARE and share >= WAITED_OF_TOP * top]
-        if len(late) == len(shares):  # no rank waits for them: late by turns
-            late = []
-        self.late_times = {rank: self.late_times.get(rank, 0) + 1 for rank in late}
-        for rank in late:
-            if self.late_times[rank] >= WAITED_TIMES or rank in self.waited_for:
-                self.waited_for[rank] = (self.lags[rank], shares[rank], len(common))
 
     def saw(self, path: str, step: int | None, now: float) -> None:
         owner = self.rank_of(path)
@@ -329,25 +237,16 @@ class Progress:
             if not self.ranks:
                 return {}
             rates = self.judge_stragglers()
-            self.judge_waited_for()
             shown: dict = {"hang_after": None if allowed is None else round(allowed),
                            "ranks": {str(rank): {"node": entry.node, "last": wall(entry.last),
                                                  **({"step": entry.step} if entry.step is not None else {}),
-                                                 **({"rate": round(rates[rank], 2)} if rank in rates else {}),
-                                                 **({"lag": round(self.lags[rank], 3)} if rank in self.lags else {})}
+                                                 **({"rate": round(rates[rank], 2)} if rank in rates else {})}
                                      for rank, entry in sorted(self.ranks.items())}}
-            named: dict = {}
-            for rank, (rate, median) in self.stragglers.items():
-                named[rank] = (f"rank {rank} on {self.ranks[rank].node or '?'}: {rate:.2f} steps/s over its "
-                               f"last {STRAGGLER_WINDOW:.0f} s, the others {median:.2f} (their median)")
-            for rank, (lag, share, count) in self.waited_for.items():
-                waited = (f"the others wait for it: it enters their collectives {lag:.3f} s after the first "
-                          f"rank (the median of {count}), {min(share, 1.0):.0%} of their time")
-                where = self.ranks[rank].node if rank in self.ranks else self.node_of(rank)
-                named[rank] = (f"{named[rank]}; {waited}" if rank in named
-                               else f"rank {rank} on {where or '?'}: {waited}")
-            if named:
-                shown["stragglers"] = {str(rank): sentence for rank, sentence in sorted(named.items())}
+            if self.stragglers:
+                shown["stragglers"] = {
+                    str(rank): f"rank {rank} on {self.ranks[rank].node or '?'}: {rate:.2f} steps/s over its "
+                               f"last {STRAGGLER_WINDOW:.0f} s, the others {median:.2f} (their median)"
+                    for rank, (rate, median) in sorted(self.stragglers.items())}
             return shown
 
     def named(self, ranks: list[int], wall) -> str:

@@ -11,9 +11,7 @@ torch's flight recorder (the collectives each rank entered, for gloo as for NCCL
 in every rank, and dumped beside the stacks when they are taken: a thread of each rank waits on
 a fifo (rank_R.PID.fr) and writes the dump as JSON when the taker opens it, since only Python
 code can call torch's dump and a signal handler in Python would never run in a blocked rank.
-NCCL also dumps on its own watchdog timeout (TORCH_NCCL_DUMP_ON_TIMEOUT). A third thread writes,
-every ARRIVALS_EVERY s, when the rank entered its newest collectives (rank_R.PID.arrivals), from
-which progress.py names the rank the others wait for while the run goes on.
+NCCL also dumps on its own watchdog timeout (TORCH_NCCL_DUMP_ON_TIMEOUT).
 Standard library only: the probe carries it to the nodes.
 """
 
@@ -34,13 +32,6 @@ STACKS_DIR = "stacks"  # under the run's directory: attempt_N/rank_R.PID.txt (TO
 READ_LIMIT = 256 * 1024  # bytes kept of one rank's stacks
 DUMP_WAIT = 2.0  # seconds the ranks have to write their stacks and flight recorder
 COLLECTIVES_LIMIT = 64 * 1024 * 1024  # bytes of a rank's flight recorder dump read on its node
-# Every ARRIVALS_EVERY s of the clock (every rank at the same moment), each rank writes when it
-# entered its newest ARRIVALS_KEPT collectives (torch's flight recorder, by its node's clock) to
-# rank_R.PID.arrivals beside its stacks, started again past ARRIVALS_FILE_LIMIT bytes; progress.py
-# names the rank the others wait for. One dump without stack traces: 16 ms of CPU with 2000 entries.
-ARRIVALS_EVERY = 10
-ARRIVALS_KEPT = 64
-ARRIVALS_FILE_LIMIT = 64 * 1024
 
 # Imported by every Python process started with the run's PYTHONPATH; arms only a rank of a
 # torchfleet run (RANK and TORCHFLEET_STACKS_DIR set), and never fails the rank.
@@ -75,36 +66,6 @@ def _arm():
     import threading
     threading.Thread(target=_torchfleet_flight_recorder, args=(fifo,), daemon=True,
                      name="torchfleet-flight-recorder").start()
-    arrivals = os.path.join(where, "rank_%s.%d.arrivals" % (rank, os.getpid()))
-    threading.Thread(target=_torchfleet_arrivals, args=(arrivals,), daemon=True,
-                     name="torchfleet-arrivals").start()
-def _torchfleet_arrivals(path):
-    """Every ARRIVALS_EVERY s, the time this rank entered each of its newest collectives, from
-    torch's flight recorder, as one line: TORCHFLEET_ARRIVALS pg.seq:microseconds,... (the
-    supervisor compares the ranks' times of the same collective: the last to arrive is waited for)."""
-    import pickle, signal, sys, time
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGRTMIN + STACK_SIGNAL_OFFSET})
-    every = float(os.environ.get("TORCHFLEET_ARRIVALS_SECONDS") or ARRIVALS_EVERY)  # shorter in tests
-    while True:
-        time.sleep(every - time.time() % every)  # every rank at the same moment
-        c10d = sys.modules.get("torch._C._distributed_c10d")
-        if c10d is None or not hasattr(c10d, "_dump_fr_trace"):
-            continue
-        try:
-            dump = pickle.loads(c10d._dump_fr_trace(True, False, False))  # no stack traces: cheap
-            entries = sorted((entry for entry in dump.get("entries") or ()
-                              if not entry.get("is_p2p") and entry.get("time_created_ns")),
-                             key=lambda entry: entry.get("record_id") or 0)[-ARRIVALS_KEPT:]
-            if not entries:
-                continue
-            line = "TORCHFLEET_ARRIVALS " + ",".join(
-                "%s.%d:%d" % (entry.get("pg_id"), entry["collective_seq_id"], entry["time_created_ns"] // 1000)
-                for entry in entries) + "\\n"
-            size = os.path.getsize(path) if os.path.exists(path) else 0
-            with open(path, "w" if size > ARRIVALS_FILE_LIMIT else "a") as out:
-                out.write(line)
-        except Exception:  # noqa: BLE001  # the rank goes on without it
-            pass
 def _torchfleet_flight_recorder(fifo):
     """Dumps torch's flight recorder as JSON beside the stacks each time the taker opens the fifo."""
     import json, signal, sys
@@ -129,8 +90,7 @@ try:
     _arm()
 except Exception:  # noqa: BLE001  # a rank runs without it rather than fail
     pass
-'''.replace("STACK_SIGNAL_OFFSET", str(STACK_SIGNAL_OFFSET)).replace("ARRIVALS_EVERY", str(ARRIVALS_EVERY)).replace(
-    "ARRIVALS_KEPT", str(ARRIVALS_KEPT)).replace("ARRIVALS_FILE_LIMIT", str(ARRIVALS_FILE_LIMIT))
+'''.replace("STACK_SIGNAL_OFFSET", str(STACK_SIGNAL_OFFSET))
 
 _FILE = re.compile(r"rank_(\d+)\.(\d+)\.txt$")
 
@@ -315,11 +275,9 @@ def kept_stacks(run_dir: str) -> dict:
 
 def top_frames(text: str, count: int = 3) -> list[str]:
     """The innermost `count` frames of the thread that took the signal (faulthandler's "Current
-    thread", the main one), else of the first thread listed that is not one of torchfleet's (the
-    flight recorder's, the arrivals')."""
+    thread", the main one), else of the first thread listed that is not the flight recorder's."""
     blocks = [block for block in re.split(r"\n\s*\n", text.strip())
-              if block.strip() and "in _torchfleet_flight_recorder" not in block
-              and "in _torchfleet_arrivals" not in block]
+              if block.strip() and "in _torchfleet_flight_recorder" not in block]
     current = [block for block in blocks if block.lstrip().startswith("Current thread")]
     chosen = (current or blocks or [""])[0]
     return [line.strip() for line in chosen.splitlines()[1:] if line.strip().startswith("File ")][:count]

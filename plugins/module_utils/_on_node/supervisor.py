@@ -232,9 +232,8 @@ class Run:
     def globs(self) -> dict:
         """{name: patterns of the attempt's ranks' files on that node} (progress.py)."""
         plan = self.plan
-        attempt = os.path.join(plan.paths["run"], stacks.STACKS_DIR, f"attempt_{self.attempt_number}")
         return {node.name: patterns(plan.request.mode, plan.paths.get("workers") if plan.worker_files else None,
-                                    plan.paths.get("ranks"), index, attempt)
+                                    plan.paths.get("ranks"), index)
                 for index, node in enumerate(self.nodes)}
 
     def watch(self, progress: Progress | None, globs: dict) -> Liveness:

@@ -57,15 +57,6 @@ def test_status_shows_each_ranks_step_rate_and_names_the_stragglers():
                          "  straggler: rank 1 on n0: 0.50 steps/s over its last 30 s, the others 2.00 (their median)"]
 
 
-def test_status_shows_how_far_each_rank_is_behind_the_first_at_collectives():
-    progress = _progress([1, 1], steps=[90, 90])
-    progress["ranks"]["0"]["lag"], progress["ranks"]["1"]["lag"] = 0.0, 0.061
-    progress["stragglers"] = {"1": "rank 1 on n0: the others wait for it: ..."}
-    lines = progress_lines(progress, 1_000_000.0)
-    assert lines[1:] == ["  rank 0 on n0: 1 s ago, step 90", "  rank 1 on n0: 1 s ago, step 90, 0.061 s behind the "
-                         "first at collectives", "  straggler: rank 1 on n0: the others wait for it: ..."]
-
-
 def _plant_run(runs, name, started_at, **record):
     run_dir = runs / name
     run_dir.mkdir(parents=True)

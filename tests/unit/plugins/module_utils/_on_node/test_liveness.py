@@ -153,20 +153,14 @@ def test_a_nodes_beat_carries_its_ranks_progress_to_the_head(tmp_path):
     ssh.chmod(0o755)
     rank = tmp_path / "workers" / "node1" / "tf-r" / "attempt_0" / "1"
     rank.mkdir(parents=True)
-    stacks = tmp_path / "stacks" / "attempt_0"
-    stacks.mkdir(parents=True)
     progress = Progress(["n0", "n1"], 2, [2, 2], 60)
-    watch = Liveness([SimpleNamespace(name="n1", address="127.0.0.1")], str(ssh), sys.executable, 30, progress=progress,
-                     globs={"n1": patterns("torchrun", str(tmp_path / "workers"), None, 1, str(stacks))})
+    watch = Liveness([SimpleNamespace(name="n1", address="127.0.0.1")], str(ssh), sys.executable, 30,
+                     progress=progress, globs={"n1": patterns("torchrun", str(tmp_path / "workers"), None, 1)})
     try:
         _until(lambda: watch.beats["n1"].beat is not None, 30, "a first beat")
         (rank / "stdout.log").write_text("TORCHFLEET_STEP 7\n")
         _until(lambda: 3 in progress.ranks, 10, "rank 3's progress")
         assert progress.ranks[3].step == 7 and progress.ranks[3].node == "n1"
-        # And its arrivals at its collectives (stacks.py), for the rank the others wait for.
-        (stacks / "rank_3.41.arrivals").write_text("TORCHFLEET_ARRIVALS 0.1:100,0.2:200\n")
-        _until(lambda: 3 in progress.arrivals, 10, "rank 3's arrivals")
-        assert progress.arrivals[3] == ({}, {"0.1": 100, "0.2": 200})
         assert watch.verdicts()["n1"].state is NodeState.ALIVE  # its lines are beats too
     finally:
         watch.close()

@@ -21,10 +21,6 @@ def test_the_patterns_are_the_attempts_own_files_on_the_node():
     assert pg.patterns("rank", None, "/r/ranks", 1) == ["/r/ranks/*/rank.*/std*"]
     assert pg.patterns("torchrun", "/r/[odd]", None, 0) == ["/r/[[]odd]/node0/*/attempt_*/*/std*.log"]
     assert pg.patterns("torchrun", None, None, 0) == []
-    # With the attempt's stacks directory: the ranks' arrivals at their collectives (stacks.py) too.
-    assert pg.patterns("rank", None, "/r/ranks", 1, "/r/stacks/attempt_2") == [
-        "/r/ranks/*/rank.*/std*", "/r/stacks/attempt_2/rank_*.arrivals"]
-    assert pg.patterns("torchrun", None, None, 0, "/r/stacks/attempt_0") == []
 
 
 def test_no_progress_for_the_timeout_is_a_hang_naming_the_rank_at_the_lowest_step():
@@ -105,91 +101,6 @@ def test_a_rank_that_ended_keeps_the_rate_it_had_and_a_straggler_stays_named():
         progress.saw("/w/node1/x/attempt_0/0/stdout.log", 30 + 3 * tick, 2 * pg.STRAGGLER_WINDOW + tick)
     shown = progress.shown(str)
     assert shown["ranks"]["0"]["rate"] == 2.0 and set(shown["stragglers"]) == {"1"}
-
-
-def _arrivals(lags, start=0, count=20, step=0.1):
-    """{rank: the scan's line of its arrivals}: collectives `step` s apart, rank r `lags[r]` s late."""
-    return {rank: b"A " + b",".join(b"0.%d:%d" % (seq, 1_700_000_000_000_000 + int((seq * step + lag) * 1e6))
-                                    for seq in range(start, start + count))
-            + b" /r/stacks/attempt_0/rank_%d.%d.arrivals\n" % (rank, 100 + rank)
-            for rank, lag in enumerate(lags)}
-
-
-def test_in_lockstep_the_ranks_the_others_wait_for_at_each_collective_are_named():
-    # Issue 62, point 11: node2's CPU cut, every rank steps at the same rate (none is slower
-    # than the others' median), but ranks 4 and 5 enter every collective 60 ms after the first.
-    progress = _progress()
-    for rank in range(6):
-        progress.saw(f"/w/node{rank // 2}/x/attempt_0/{rank % 2}/stdout.log", 10, 1.0)
-    for line in _arrivals([0.0, 0.002, 0.001, 0.003, 0.06, 0.058]).values():
-        progress.line(line, 2.0)
-    assert "stragglers" not in progress.shown(str)  # once: a moment's noise, maybe
-    assert "stragglers" not in progress.shown(str)  # nothing new since: not judged again
-    for line in _arrivals([0.0, 0.002, 0.001, 0.003, 0.06, 0.058], start=20).values():
-        progress.line(line, 2.5)
-    shown = progress.shown(str)  # twice in a row
-    assert set(shown["stragglers"]) == {"4", "5"}, shown
-    assert shown["stragglers"]["4"] == ("rank 4 on n2: the others wait for it: it enters their collectives 0.060 s "
-                                        "after the first rank (the median of 40), 62% of their time")
-    assert [shown["ranks"][rank]["lag"] for rank in "0145"] == [0.0, 0.002, 0.06, 0.058]
-    # Named it stays, with its latest figures, once its node is back in step.
-    for line in _arrivals([0.0] * 6, start=40).values():
-        progress.line(line, 3.0)
-    for line in _arrivals([0.0] * 6, start=60).values():
-        progress.line(line, 4.0)
-    shown = progress.shown(str)
-    assert set(shown["stragglers"]) == {"4", "5"} and shown["ranks"]["4"]["lag"] == 0.0, shown
-
-
-def test_ranks_in_step_apart_in_time_or_all_late_by_turns_name_no_one_the_others_wait_for():
-    for lags in ([0.0, 0.002, 0.001, 0.003, 0.004, 0.0],  # noise: the fastest waits 3 ms of each 100
-                 [0.0, 0.025]):  # 25 ms late of each 100: under 30 % of the others' time
-        progress = _progress(nodes=("n0", "n1", "n2")[:len(lags)], nproc=1)
-        progress.saw("/w/node0/x/attempt_0/0/stdout.log", 1, 1.0)
-        for start in range(0, 100, 20):
-            for line in _arrivals(lags, start=start).values():
-                progress.line(line)
-            assert "stragglers" not in progress.shown(str), lags
-    progress = _progress(nodes=("n0", "n1"), nproc=1)  # late once, then in step: not named
-    progress.saw("/w/node0/x/attempt_0/0/stdout.log", 1, 1.0)
-    for start, lags in ((0, [0.0, 0.08]), (20, [0.0, 0.0]), (40, [0.0, 0.08]), (60, [0.0, 0.0])):
-        for line in _arrivals(lags, start=start, count=10).values():
-            progress.line(line)
-        assert "stragglers" not in progress.shown(str), start
-    progress = _progress(nproc=1)  # ranks whose newest collectives no longer meet: nothing to compare
-    lines = _arrivals([0.0, 0.5, 0.0])
-    progress.line(lines[0])
-    progress.line(_arrivals([0.0, 0.5, 0.0], start=100)[1])
-    assert progress.shown(str) == {}  # (no output yet) and no comparison made
-    progress.saw("/w/node0/x/attempt_0/0/stdout.log", 1, 1.0)
-    assert "stragglers" not in progress.shown(str)
-    # Every rank late by turns: each waits as much as it is waited for, so none is named.
-    progress = _progress(nodes=("n0", "n1"), nproc=1)
-    progress.saw("/w/node0/x/attempt_0/0/stdout.log", 1, 1.0)
-    for start in (0, 20, 40):
-        for rank in range(2):
-            progress.line(b"A " + b",".join(b"0.%d:%d" % (seq, seq * 100_000 + (50_000 if seq % 2 == rank else 0))
-                                           for seq in range(start, start + 20))
-                          + b" /r/stacks/attempt_0/rank_%d.7.arrivals\n" % rank)
-        assert "stragglers" not in progress.shown(str)
-
-
-def test_the_scan_gives_the_last_line_of_a_ranks_arrivals(tmp_path):
-    where = tmp_path / "stacks" / "attempt_0"
-    where.mkdir(parents=True)
-    arrivals = where / "rank_3.77.arrivals"
-    said, sizes = [], {}
-    globs = pg.patterns("rank", None, str(tmp_path / "ranks"), 1, str(where))
-    arrivals.write_bytes(b"TORCHFLEET_ARRIVALS 0.1:10,0.2:20\nTORCHFLEET_ARRIVALS 0.2:20,0.3:30\nTORCHFLEET_ARR")
-    pg.scan(globs, sizes, said.append)
-    assert said == [b"A 0.2:20,0.3:30 " + str(arrivals).encode() + b"\n"]  # a line not yet whole is not read
-    arrivals.write_bytes(b"TORCHFLEET_ARRIVALS 0.9:90\n")  # started again, smaller: read again
-    pg.scan(globs, sizes, said.append)
-    assert said[-1] == b"A 0.9:90 " + str(arrivals).encode() + b"\n"
-    progress = _progress()
-    progress.line(said[-1])
-    assert progress.arrivals == {3: ({}, {"0.9": 90})}
-    assert progress.ranks == {}  # no progress: a rank's arrivals are written whether it steps or not
 
 
 def test_the_scan_reports_growth_a_carriage_return_redraw_and_the_last_step_mark(tmp_path):

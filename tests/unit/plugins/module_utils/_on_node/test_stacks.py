@@ -19,11 +19,6 @@ if "--with-torch" in sys.argv:  # torch's dump function, as ProcessGroupGloo's r
         "pg_status": {"0": {"last_enqueued_collective": "20", "last_completed_collective": "19"}},
         "entries": [{"pg_id": 0, "process_group": ["0", "default_pg"], "record_id": 19, "collective_seq_id": 20,
                      "profiling_name": "gloo:all_reduce", "state": "scheduled", "input_sizes": [[1]]}]}).encode()
-    import pickle  # the pickled dump, without stack traces, that the arrivals' thread reads
-    c10d._dump_fr_trace = lambda *_: pickle.dumps({"entries": [
-        {"pg_id": 0, "record_id": seq, "collective_seq_id": seq + 1, "is_p2p": False,
-         "time_created_ns": 1_700_000_000_000_000_000 + seq * 1_000_000} for seq in range(100)]
-        + [{"pg_id": 0, "record_id": 100, "collective_seq_id": 1, "is_p2p": True, "time_created_ns": 5}]})
 if "--with-helper" in sys.argv:  # a DataLoader worker as spawn starts it: the rank's environment
     import subprocess
     helper = subprocess.Popen([sys.executable, "-c", "print('helper', flush=True); import time; time.sleep(60)"],
@@ -36,14 +31,14 @@ stuck_in_my_own_function()
 """
 
 
-def _rank(run_dir, rank, run_id="r1", restart=None, with_torch=False, with_helper=False, **environ):
+def _rank(run_dir, rank, run_id="r1", restart=None, with_torch=False, with_helper=False):
     # As the renderer starts a rank: the site in the account's home, the stacks in the run's directory.
     site = stacks.site_dir(os.path.join(str(run_dir), "home"))
     os.makedirs(site, exist_ok=True)
     with open(stacks.site_file(site), "w", encoding="utf-8") as handle:
         handle.write(stacks.SITE)
     env = dict(os.environ, PYTHONPATH=site, RANK=str(rank), TORCHFLEET_RUN_ID=run_id,
-               TORCHFLEET_STACKS_DIR=os.path.join(str(run_dir), stacks.STACKS_DIR), **environ)
+               TORCHFLEET_STACKS_DIR=os.path.join(str(run_dir), stacks.STACKS_DIR))
     if restart is not None:
         env["TORCHFLEET_RESTART_COUNT"] = str(restart)
     proc = subprocess.Popen([sys.executable, "-c", BLOCKED] + (["--with-torch"] if with_torch else [])
@@ -168,28 +163,8 @@ def test_the_top_frames_are_the_current_threads():
 
 def test_the_flight_recorders_thread_is_never_taken_for_the_ranks_top():
     text = ('Thread 0x00007f03 (most recent call first):\n  File "/h/sitecustomize.py", line 30 in '
-            '_torchfleet_flight_recorder\n\nThread 0x00007f04 (most recent call first):\n  File "/h/sitecustomize.py", '
-            'line 60 in _torchfleet_arrivals\n\nThread 0x00007f01 (most recent call first):\n  File "/x/t.py", line 9 in stuck\n')
+            '_torchfleet_flight_recorder\n\nThread 0x00007f01 (most recent call first):\n  File "/x/t.py", line 9 in stuck\n')
     assert stacks.top_frames(text) == ['File "/x/t.py", line 9 in stuck']
-
-
-def test_a_rank_writes_when_it_entered_its_newest_collectives_from_its_flight_recorder(tmp_path):
-    rank = _rank(tmp_path, 4, with_torch=True, TORCHFLEET_ARRIVALS_SECONDS="0.2")
-    try:
-        where = tmp_path / stacks.STACKS_DIR / "attempt_0"
-        deadline, lines = time.monotonic() + 30, []
-        while len(lines) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-            lines = [line for path in where.glob("rank_4.*.arrivals") for line in path.read_text().splitlines()]
-        assert len(lines) >= 2 and lines[0] == lines[1], lines  # a line each time, the same recorder
-        tag, said = lines[0].split(" ")
-        items = said.split(",")
-        # The newest ARRIVALS_KEPT collectives (no point-to-point), pg.seq:microseconds, oldest first.
-        assert tag == "TORCHFLEET_ARRIVALS" and len(items) == stacks.ARRIVALS_KEPT, lines[0]
-        assert items[-1] == "0.100:1700000000099000000"[:-3] and items[0] == "0.37:1700000000036000000"[:-3], items
-    finally:
-        rank.kill()
-        rank.wait()
 
 
 def test_a_planted_link_or_fifo_among_the_kept_stacks_is_never_read(tmp_path):
