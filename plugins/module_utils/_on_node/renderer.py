@@ -88,12 +88,18 @@ _GLOO_PICK = ('IFS=,; for i in $GLOO_SOCKET_IFNAME; do if [ -e "/sys/class/net/$
               'GLOO_SOCKET_IFNAME=$i; break; fi; done; unset IFS; ')
 
 
+def _site_prefix(plan: Plan) -> str:
+    """The ranks' sitecustomize.py first on PYTHONPATH (before the user's own, which stays), and
+    where their stacks go: a supervised run's; "" for a command a person runs."""
+    if not plan.site_dir:
+        return ""
+    return (f'export PYTHONPATH={shlex.quote(plan.site_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}" '
+            f'TORCHFLEET_STACKS_DIR={shlex.quote(plan.stacks_dir or "")}; ')
+
+
 def _script(plan: Plan, nnodes: int, nproc: int, head: Node, mixed_ifaces: bool) -> str:
     # Only plan values go in here, each quoted; user arguments come in as "$@".
-    prefix = _GLOO_PICK if mixed_ifaces else ""
-    if plan.site_dir:  # before the user's own PYTHONPATH, which stays
-        prefix += (f'export PYTHONPATH={shlex.quote(plan.site_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}" '
-                   f'TORCHFLEET_STACKS_DIR={shlex.quote(plan.stacks_dir or "")}; ')
+    prefix = (_GLOO_PICK if mixed_ifaces else "") + _site_prefix(plan)
     if plan.request.mode != "rank":  # a torchrun agent a node, its node rank the launcher's
         return prefix + " ".join(_torchrun_words(plan, nnodes, nproc, head, launcher_of(plan.request).node_rank))
     # Fail loudly rather than start every process as rank "" when not under Open MPI.
@@ -129,11 +135,7 @@ def _torchft(plan: Plan, order: list[Node], env: dict, nproc: int) -> tuple[list
         if plan.tee_workers:
             words.append("--tee=3")
     words += [q(arg) for arg in plan.request.torchrun_extra_args] + [q(_script_path(plan)), '"$@"']
-    prefix = _GROUP_ENV
-    if plan.site_dir:
-        prefix += (f'export PYTHONPATH={shlex.quote(plan.site_dir)}"${{PYTHONPATH:+:$PYTHONPATH}}" '
-                   f'TORCHFLEET_STACKS_DIR={shlex.quote(plan.stacks_dir or "")}; ')
-    argv = [SHELL, "-c", prefix + " ".join(words), SHELL_NAME, *plan.request.script_args]
+    argv = [SHELL, "-c", _GROUP_ENV + _site_prefix(plan) + " ".join(words), SHELL_NAME, *plan.request.script_args]
     own = {node.name: {"REPLICA_GROUP_ID": str(index), **({"GLOO_SOCKET_IFNAME": node.interface} if node.interface else {})}
            for index, node in enumerate(order)}
     return lighthouse, {node.name: list(argv) for node in order}, own
