@@ -4,6 +4,7 @@ for a launcher on this machine alone: how each way a run ends is recorded, and w
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -154,6 +155,32 @@ def test_a_run_whose_ranks_started_outlives_start_timeout(tmp_path, supervisor_p
     record = _supervised(supervisor_plan, tmp_path, "tf-unit-started", [sys.executable, "-c", launcher], 1)
     assert (record["state"], record["rc"]) == ("succeeded", 0)
     assert "never_started" not in record
+
+
+def test_a_launcher_that_ends_while_the_start_watch_looks_past_start_timeout_is_not_judged(
+        tmp_path, supervisor_plan, monkeypatch):
+    # Issue 62, point 3: the launcher exits 0 during the look that runs past start_timeout. What
+    # the look found missing is no verdict: the run ended, its own outcome stands.
+    run_dir = tmp_path / "tf-unit-ends-in-look"
+    run_dir.mkdir()
+    paths = {"run": str(run_dir), "launcher": str(run_dir / "launcher.log"), "ranks": "", "workers": ""}
+    plan = supervisor_plan(
+        run_id=run_dir.name, argv=[sys.executable, "-c", "pass"], cwd=None, command="a launcher",
+        nodes=[{"name": "here", "address": "127.0.0.1", "slots": 1}], mode="rank", nproc=1, world_size=1,
+        python=sys.executable, ssh=None, check_nodes=False, control_dir=None, launch_timeout=0, stop_grace=1,
+        paths=paths, start_timeout=1)
+    (run_dir / PLAN_FILE).write_text(plan.to_json())
+    over, everywhere, late = threading.Event(), threading.Event(), []
+
+    def look_that_outlasts_the_launcher(*_args, **_kwargs):
+        over.set()  # the launcher ended meanwhile
+        time.sleep(1.1)  # and the look ran past start_timeout
+        return ["here"]
+
+    monkeypatch.setattr(supervisor, "nodes_without_ranks", look_that_outlasts_the_launcher)
+    monkeypatch.setattr(supervisor, "START_FIRST_LOOK", 0.0)
+    supervisor.Run(str(run_dir)).watch_start(os.getpid(), 1, late, over, everywhere)
+    assert (late, everywhere.is_set()) == ([], False)
 
 
 def test_a_stop_that_lands_as_the_run_ends_keeps_the_runs_own_outcome(tmp_path, supervisor_plan):
