@@ -13,7 +13,7 @@ from pathlib import Path
 
 from torchfleet.collection import module_util
 from torchfleet.extra_vars import RenderError
-from torchfleet.inventory import head_name, read_facts
+from torchfleet.inventory import cluster_group, head_name, read_facts
 
 
 def as_bool(value) -> bool:
@@ -31,13 +31,17 @@ def _as_int(value, what: str) -> int:
 
 def build(script: str, script_args: list[str], extra: dict, hosts: list[str], hostvars: dict,
           cache_dir: Path, batch_nodes: int | None = None, batch_slots: int | None = None,
-          batch_format: str = "slurm"):
+          batch_format: str = "slurm", group_hosts: list[str] | None = None):
     """(Plan, source) through the launch's own request and plan_for(); `source` is "facts" or "inventory".
 
+    `hosts`: the group's that --limit leaves (`group_hosts`: all of the group's); the run's nodes
+    are those that `exclude` does not name, and the launch role's checks run first, as a launch's.
     With batch_nodes the nodes are placeholders filled in at run time (see _on_node/batch_script.py)."""
     lp, lr = module_util("_on_node.launch_plan"), module_util("_launch_resolution")
     first = hostvars.get(hosts[0], {}) if hosts else {}
     head = head_name(hosts, hostvars, extra)
+    if not batch_nodes:
+        hosts = checked_nodes(script, extra, group_hosts or hosts, hosts, hostvars, head, cache_dir)
     # As launch.yml takes them: -e over the inventory's variables (a hostfile's slots among them).
     try:
         request = lr.from_variables({**(hostvars.get(head) or first), **extra})
@@ -108,6 +112,46 @@ def build(script: str, script_args: list[str], extra: dict, hosts: list[str], ho
                                 log_dir=None, node_log_dir=None),
             batch_format, batch_nodes, slots)
     return plan, source
+
+
+def role_default(option):
+    """The launch role's default of an option (defaults/main.yml), where it is a value and not a
+    template (those render computes itself), else the option table's."""
+    given = option.role_default
+    if isinstance(given, (str, int, list, dict)) and "{{" not in str(given):
+        return given
+    return option.default
+
+
+def checked_nodes(script: str, extra: dict, group_hosts: list[str], play_hosts: list[str], hostvars: dict,
+                  head: str | None, cache_dir: Path) -> list[str]:
+    """The run's nodes (the launch's _launch_checks.run_nodes), once the launch role's checks
+    (_launch_checks.problems, as validate.yml calls them) find nothing: a refusal in the launch's
+    own words. Render leaves out what only the controller's state at launch time decides (the
+    script and files present, the secrets exported: render shows where they go)."""
+    checks, options = module_util("_launch_checks"), module_util("_launch_options")
+    given = {**(hostvars.get(head or "") or {}), **extra}
+    variables = {}
+    for option in options.OPTIONS:
+        if option.name in options.CHECKED_OPTIONS and option.role_name:
+            found = next((given[key] for key in (option.role_name, option.short) if key and key in given), None)
+            variables[option.role_name] = role_default(option) if found is None else found
+    variables.update(launch_script=script, launch_head=head, launch_group=cluster_group(extra),
+                     launch_log_dir=given.get("launch_log_dir") or given.get("log_dir") or "~/torchfleet/runs")
+    facts = {host: read_facts(cache_dir, host) or {} for host in group_hosts}
+    request = {"variables": variables, "reserved_action": str(extra.get("action") or ""), "controller": False,
+               "facts_pending": not all(facts[host].get("preflight_net") for host in play_hosts),
+               "nodes": [{**facts[host], "inventory_hostname": host} for host in play_hosts],
+               "group_hosts": group_hosts, "play_hosts": play_hosts}
+    head_facts = facts.get(head or "") or {}
+    request.update(head_torchrun=head_facts.get("python_env_torchrun", ""),
+                   head_mpiexec=head_facts.get("mpich_mpiexec", ""), head_mpirun=head_facts.get("openmpi_mpirun", ""),
+                   head_found_launcher=head_facts.get("mpich_found_launcher", ""))
+    found = checks.problems(request)
+    if found:
+        raise RenderError("the launch would refuse this: " + " ".join(found))
+    chosen = set(checks.run_nodes({**request, "exclude": variables.get("launch_exclude")}))
+    return [host for host in play_hosts if host in chosen]
 
 
 def render(plan):

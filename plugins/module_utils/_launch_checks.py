@@ -106,7 +106,8 @@ def launcher(request: dict):
 def _start_problems(request: dict) -> list[str]:
     lists = request["lists"]
     problems = []
-    shared = request["shared_storage"]
+    # False for `torchfleet render`: the script, files and secrets are the controller's at launch time.
+    shared = request["shared_storage"] or request.get("controller") is False
     if not shared and not os.path.isfile(request["script"]):
         problems.append(f"The script {request['script']} is not a file on the controller. Give its path "
                         f"(relative to where you run ansible-playbook), or -e shared_storage=true when "
@@ -144,7 +145,7 @@ def _start_problems(request: dict) -> list[str]:
                         f"and an option with its value in one item is one word. Give each option and each "
                         f"value as its own list item, for example "
                         f"-e '{json.dumps({'mpirun_extra_args': EXAMPLE_LISTS['mpirun_extra_args']})}'.")
-    unset = [name for name in lists["env_secrets"] if not os.environ.get(name)]
+    unset = [name for name in lists["env_secrets"] if not os.environ.get(name) and request.get("controller") is not False]
     if unset:
         problems.append(f"These secrets are not set in the controller's environment: {', '.join(unset)}. "
                         f"Export them before running ansible-playbook (their values are never printed).")

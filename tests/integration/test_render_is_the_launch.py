@@ -62,6 +62,7 @@ def assert_render_is_the_launch(cluster, *flags, env_ok=()):
     pytest.param(("-e", "nproc_per_node=2"), id="torchrun"),
     pytest.param(("-e", "launch_mode=rank", "-e", "nproc_per_node=1"), id="rank"),
     pytest.param(("-e", "nproc_per_node=1", "--limit", f"{NODES[0]},{NODES[2]}"), id="limit"),
+    pytest.param(("-e", "nproc_per_node=1", "-e", f"exclude={NODES[1]}"), id="exclude"),
     pytest.param(("-e", "nproc_per_node=1", "--max-restarts", "1", "--min-nodes", "2", "--hang-timeout", "120",
                   "-e", json.dumps({"env_set": {"TF_SAME": "1"}, "env_pass": ["LANG"],
                                     "torchrun_extra_args": ["--monitor-interval=1"],
@@ -90,3 +91,16 @@ def test_render_shows_the_lighthouse_and_each_nodes_group_the_torchft_launch_run
     lines = rendered["command"].splitlines()
     assert lines[0].split()[:3] == [lines[0].split()[0], "--min_replicas", "2"] and len(lines) == 4, lines
     assert [line.split()[0] for line in lines[1:]] == [f"[{node}]" for node in NODES], lines
+
+
+@pytest.mark.parametrize("flags, words", [
+    (("--max-restarts", "1", "--spare-nodes", "5"), "spare_nodes is 5, but the run has 3 node(s)"),
+    (("-e", "bind_to=core"), "bind_to is core, but in torchrun mode"),
+])
+def test_what_the_launch_refuses_render_refuses_in_the_same_words(cluster, flags, words):
+    shown = torchfleet(cluster, "render", TICKER, "-e", "nproc_per_node=1", *flags, *QUICK)
+    launched = torchfleet(cluster, "launch", TICKER, "-e", "nproc_per_node=1", *flags, *QUICK, timeout=LIMIT)
+    assert shown.returncode == 1 and words in shown.stderr, shown.stdout[-2000:] + shown.stderr[-2000:]
+    assert launched.returncode == 125 and words in launched.stderr, launched.stderr[-3000:]
+    said = shown.stderr.split("the launch would refuse this: ", 1)[1].strip()
+    assert " ".join(said.split()) in " ".join(launched.stderr.split()), (said, launched.stderr[-3000:])

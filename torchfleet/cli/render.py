@@ -26,17 +26,20 @@ def render_command(args: argparse.Namespace) -> int:
     batch = args.format in ("pbs", "slurm")
     with tempfile.TemporaryDirectory(prefix="torchfleet-inv-") as scratch:
         if batch and not args.inventory and not Path("inventory").is_dir():
-            hosts, hostvars = [], {}
+            hosts, hostvars, group_hosts = [], {}, []
         else:
             inventories = inventory_paths(args.inventory, Path(scratch))
-            hosts, hostvars = read_inventory(inventories, dict(os.environ, **ansible_env()),
-                                             limit=args.limit, group=cluster_group(extra))
+            env = dict(os.environ, **ansible_env())
+            hosts, hostvars = read_inventory(inventories, env, limit=args.limit, group=cluster_group(extra))
+            # The group's hosts beside those --limit leaves, as the launch's checks take them.
+            group_hosts = read_inventory(inventories, env, group=cluster_group(extra))[0] if args.limit else hosts
     if batch:
         if not args.nodes or args.nodes < 1:
             raise UsageError(f"--format {args.format} needs --nodes N (the allocation's node count)")
     plan, source = tfplan.build(args.script, list(args.script_args), extra, hosts, hostvars,
                                 fact_cache_dir(), batch_nodes=args.nodes if batch else None,
-                                batch_slots=args.gpus_per_node, batch_format=args.format)
+                                batch_slots=args.gpus_per_node, batch_format=args.format,
+                                group_hosts=group_hosts)
     rendered = tfplan.render(plan)
     if batch:
         whole = tfplan.as_bool(extra.get("batch_whole_nodes", True))

@@ -89,9 +89,10 @@ def test_a_bad_gpu_count_or_request_variable_is_a_render_error(cache, tmp_path):
     facts(cache, "gpu02", "10.9.0.12", gpus="many")
     with pytest.raises(RenderError, match="preflight_gpu_count must be a number, got 'many'"):
         tfplan.build("train.py", [], {}, HOSTS, hostvars(), cache)
-    with pytest.raises(RenderError, match="^nproc_per_node must be a number, got .x.$"):
+    # Refused by the launch's own check, in its words.
+    with pytest.raises(RenderError, match="^the launch would refuse this: nproc_per_node is 'x': give auto"):
         tfplan.build("train.py", [], {"interface": "eth0"}, HOSTS, hostvars(nproc_per_node="x"), tmp_path)
-    with pytest.raises(RenderError, match="master_port must be a number, got 'abc'"):
+    with pytest.raises(RenderError, match="master_port is 'abc': give the rendezvous port"):
         tfplan.build("train.py", [], {"master_port": "abc"}, HOSTS, hostvars(), cache)
 
 
@@ -209,3 +210,32 @@ def test_under_slurm_the_job_the_launch_submits_is_shown(cache):
     assert f"cat > {run_dir}/job.sbatch <<'TORCHFLEET_JOB'\n{script}TORCHFLEET_JOB\n" in text
     assert text.endswith(f"{tfplan.SLURM_DEFAULTS}\n{data['command']}\n")
     assert subprocess.run(["bash", "-n"], input=text, text=True, check=False).returncode == 0
+
+
+def test_exclude_leaves_a_node_out_of_the_plan_as_the_launch_does(cache):
+    plan, _source = tfplan.build("train.py", [], {"exclude": "gpu02"}, HOSTS, hostvars(), cache)
+    assert [node.name for node in plan.nodes] == ["gpu01"]
+    with pytest.raises(RenderError, match="^the launch would refuse this: exclude names gpu09, not a node"):
+        tfplan.build("train.py", [], {"exclude": ["gpu09"]}, HOSTS, hostvars(), cache)
+    with pytest.raises(RenderError, match="The head gpu01 is left out of this run"):
+        tfplan.build("train.py", [], {"exclude": "gpu01"}, HOSTS, hostvars(), cache)
+    # --limit: the group's hosts beside the play's, as validate.yml gives them.
+    plan, _source = tfplan.build("train.py", [], {}, ["gpu01"], hostvars(), cache, group_hosts=HOSTS)
+    assert [node.name for node in plan.nodes] == ["gpu01"]
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"max_restarts": 1, "spare_nodes": 5}, "spare_nodes is 5, but the run has 2 node(s)"),
+    ({"bind_to": "core"}, "bind_to is core, but in torchrun mode mpirun starts one torchrun per node"),
+])
+def test_what_the_launch_refuses_render_refuses_in_the_same_words(cache, extra, words):
+    with pytest.raises(RenderError) as refused:
+        tfplan.build("train.py", [], extra, HOSTS, hostvars(), cache)
+    assert str(refused.value).startswith("the launch would refuse this: ") and words in str(refused.value)
+
+
+def test_render_leaves_the_controllers_state_at_launch_time_to_the_launch(cache, monkeypatch):
+    # A script not on this machine, a secret not exported: render shows where they go.
+    monkeypatch.delenv("TF_UNSET_SECRET", raising=False)
+    plan, _source = tfplan.build("not/here.py", [], {"env_secrets": ["TF_UNSET_SECRET"]}, HOSTS, hostvars(), cache)
+    assert list(plan.env_secrets) == ["TF_UNSET_SECRET"]

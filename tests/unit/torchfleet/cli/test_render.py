@@ -103,9 +103,9 @@ def test_render_takes_tree_spawn_and_silent_node_timeout_as_the_launch_does(proj
 
 
 def test_render_mpich_mode_takes_what_setup_read_of_mpiexec(project, capsys):
-    # Without MPICH's facts the flavour is not guessed.
+    # Without MPICH's facts the flavour is not guessed: refused as the launch refuses it.
     rc, out, err = run_cli(capsys, "render", "train.py", "-i", "hosts.yml", "-e", "launch_mode=mpich")
-    assert rc == 1 and "mpich mode needs to know which mpiexec it runs" in err
+    assert rc == 1 and "launch_mode=mpich runs MPICH's mpiexec, but setup recorded no" in err
     cache = project / ".cache" / "facts"
     for host, address in (("gpu01", "10.9.0.11"), ("gpu02", "10.9.0.12")):
         write_facts(cache, host, address, 4, mpich_mpiexec="/usr/bin/mpiexec.hydra", mpich_found_launcher="hydra")
