@@ -160,7 +160,7 @@ def run_started(module):
         if control_dir and not module.supervised:
             # Not required=True: a missing ssh has failed the module already, with its own message.
             close_ssh_masters(module.get_bin_path("ssh"), control_dir,
-                              [node["address"] for node in request.nodes if node["name"] != request.head])
+                              [node["address"] for node in request.nodes or [] if node["name"] != request.head])
 
 
 class _Interrupt:
@@ -385,7 +385,7 @@ def start_run(module, request, control_dir):
         module.fail_json(msg=f"not in the launcher's environment: {', '.join(absent)}", **result)
     by_name = {node.name: node for node in plan.nodes}
     supervisor_plan = SupervisorPlan(
-        run_id=run_id, request=stored(request), argv=sbatch if slurm else rendered.argv, cwd=request.chdir,
+        run_id=run_id, request=stored(request), argv=sbatch or rendered.argv, cwd=request.chdir,
         command=result["command"], nodes=[vars(by_name[name]) for name in rendered.nodes],
         nproc=plan.request.nproc_per_node or by_name[plan.request.head].slots, world_size=rendered.world_size,
         ssh=module.get_bin_path("ssh") if len(plan.nodes) > 1 else None, control_dir=control_dir,
@@ -404,6 +404,7 @@ def start_run(module, request, control_dir):
     package = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
     if slurm:
         try:
+            assert script_path is not None and script is not None  # checked_job's, for Slurm
             write_file(script_path, script.encode())
         except OSError as err:
             module.fail_json(msg=f"cannot write the batch script {script_path}: {err}", **result)

@@ -281,7 +281,7 @@ def _handler(directory: str, files: set, served: dict, idle_timeout: float):
         timeout = idle_timeout
 
         def do_GET(self):  # noqa: N802 (http.server's name)
-            name = urllib.request.unquote(self.path.lstrip("/"))
+            name = urllib.parse.unquote(self.path.lstrip("/"))
             path = os.path.join(directory, name)
             if name not in files:
                 self.send_error(404, "not a wheel of this wheelhouse")

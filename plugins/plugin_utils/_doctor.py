@@ -38,7 +38,7 @@ def common_interfaces(names_per_node):
 
 def ssh_targets(nets, me):
     """Every other node by its cluster address and by its inventory name: [{peer, target}]."""
-    targets = []
+    targets: list[dict] = []
     for peer, net in nets.items():
         if peer == me:
             continue
@@ -51,7 +51,7 @@ def probe_plan(maps, me, head, cluster_interface="", head_address=""):
     """The TCP connects node `me` makes: on every common interface to every other node, and on its
     cluster interface to the head's cluster address."""
     mine = maps.get(me, {})
-    probes = []
+    probes: list[dict] = []
     for iface in common_interfaces(names.keys() for names in maps.values()):
         probes.extend({"key": f"{iface}|{peer}", "interface": iface, "source": mine[iface],
                        "target": maps[peer][iface], "port": 22} for peer in maps if peer != me)
@@ -74,7 +74,7 @@ def analyse_interfaces(addresses, reachable, cluster_interfaces=()):
     found = []
     for iface in common_interfaces(addresses[node].keys() for node in nodes):
         by_node = {node: addresses[node][iface] for node in nodes}
-        holders = {}
+        holders: dict = {}
         for node, address in by_node.items():
             holders.setdefault(address, []).append(node)
         shared = {address: owners for address, owners in holders.items() if len(owners) > 1}
@@ -265,7 +265,8 @@ def _version_results(raws, head):
 
 
 def _gpu_results(raws, head):
-    counts, out = {}, []
+    counts: dict[str, tuple[int | None, str | None]] = {}
+    out = []
     for host, raw in raws.items():
         if not raw.get("reachable"):
             continue
@@ -331,7 +332,7 @@ def _network_results(raws, head, probes):
 def _interface_results(raws, probes):
     reached = [host for host in raws if raws[host].get("reachable") and host in probes]
     addresses = {host: probes[host].get("interfaces", {}) for host in reached}
-    reachable = {}
+    reachable: dict = {}
     for host in reached:
         for key, outcome in (probes[host].get("connect") or {}).items():
             if "|" not in key:

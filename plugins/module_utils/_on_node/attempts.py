@@ -131,7 +131,7 @@ def attempt_size(plan: SupervisorPlan) -> int:
     return len(plan.request.nodes or ())
 
 
-def spares(names: list, head: str, count: int) -> list:
+def spares(names: list, head: str | None, count: int) -> list:
     """The run's spare nodes: the last `count` of its nodes (in the run's order), never the head."""
     others = [name for name in names if name != head]
     return others[len(others) - count:] if count else []

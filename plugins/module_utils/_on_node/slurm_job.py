@@ -65,7 +65,7 @@ class SlurmJob:
             time.sleep(min(timeout, self._next - now))
             raise subprocess.TimeoutExpired("scontrol", timeout)
         self._next = now + self.POLL
-        info = slurm.job(self.job_id)
+        info = slurm.job(self.job_id) if self.job_id else None  # never submitted: nothing of it runs
         self.latest = info or self.latest
         if info is None:  # Slurm forgot the job (MinJobAge): it ended, how is not known
             self.returncode = 1
@@ -106,6 +106,8 @@ class SlurmJob:
         margin), or holds only `lost` nodes (Slurm names) still: a dead node's part ends only when
         Slurm declares the node down (SlurmdTimeout, minutes), and the other nodes are free
         already. What went wrong, if anything, for the record's warnings."""
+        if not self.job_id:  # never submitted: nothing to cancel
+            return None
         try:
             slurm.cancel(self.job_id)
         except slurm.SlurmError as err:

@@ -73,7 +73,7 @@ def probe_nodes(nodes, head: str, ssh: str | None, python: str, requests: dict,
             return json.loads(done.stdout)
         except ValueError:
             lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
-            said = {"error": lines[-1] if lines else f"ssh exited {done.returncode}"}
+            said: dict[str, object] = {"error": lines[-1] if lines else f"ssh exited {done.returncode}"}
             if done.returncode != 255:  # ssh's own failures are 255: this one reached the node
                 said["failed_there"] = True
             return said
