@@ -10,7 +10,7 @@ import sys
 from torchfleet.cli.launch import launch_command
 from torchfleet.cli.parser import build_parser
 from torchfleet.cli.render import render_command
-from torchfleet.cli.usage import UsageError
+from torchfleet.cli.usage import INTERRUPTED, UsageError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     before = guard_terminals()
     try:
         return command(argv)
+    except KeyboardInterrupt:
+        # A Ctrl-C that no command's own handling caught (it landed between them, or as one
+        # ended): the shell's code for it, never Python's death by SIGINT.
+        return INTERRUPTED
     finally:
         sys.stdout, sys.stderr = before
 
@@ -54,7 +58,7 @@ def command(argv: list[str] | None = None) -> int:
     except UsageError as error:
         parser.exit(2, f"torchfleet {args.command}: error: {error}\n")
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     except Exception as error:  # noqa: BLE001 - a user-facing message, not a traceback
         from torchfleet.extra_vars import RenderError
         from torchfleet.inventory import InventoryError

@@ -109,6 +109,10 @@ def interrupted(args: argparse.Namespace, run_id: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
     print(f"torchfleet: interrupted: stopping run {run_id} on every node", file=sys.stderr, flush=True)
     outcome = playbook(args, "launch", launch_action="stop", run_id=run_id)
+    # ansible-runner put a Python handler of its own in place for the stop, which Python resets to
+    # the default as it exits: a Ctrl-C then (a second one, or the first delivered late) would end
+    # the command by SIGINT instead of this code. The stop is done; nothing is left to interrupt.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if outcome.rc == 0:
         print(f"torchfleet: run {run_id} stopped", file=sys.stderr)
     else:

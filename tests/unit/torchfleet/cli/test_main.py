@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -80,3 +81,17 @@ def test_version_completion_and_exit_codes_in_help(capsys):
                           env=dict(os.environ, COMP_LINE="torchfleet logs --ra", COMP_POINT="20",
                                    _ARGCOMPLETE="1", _ARGCOMPLETE_IFS="\n"))
     assert done.returncode == 0 and done.stdout.split() == ["--rank"], done.stdout + done.stderr
+
+
+def test_a_ctrl_c_outside_a_commands_own_handling_exits_130_not_by_sigint():
+    # The command's last act meets a Ctrl-C that its handlers never see (Python's handler back).
+    program = ("import os, signal, sys\n"
+               "import torchfleet.cli as cli\n"
+               "def command(argv):\n"
+               "    signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+               "    os.kill(os.getpid(), signal.SIGINT)\n"
+               "    return 0\n"
+               "cli.command = command\n"
+               "sys.exit(cli.main([]))\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 130, done.stderr
