@@ -82,14 +82,13 @@ def preflight_nodes(module, plan, run_dir, expect: dict, control_dir=None, may_m
     than refused. The run's board `entry` is written on every node that answers (none in check
     mode), and named in `module.announced` for run_started to take back if nothing starts."""
     head = next(node for node in plan.nodes if node.name == plan.request.head)
-    nodes = plan.nodes if module.params["check_nodes"] else [head]
+    nodes = plan.nodes if plan.request.check_nodes else [head]
     ssh = module.get_bin_path("ssh", required=len(nodes) > 1)
-    # Under Slurm, Slurm shares the nodes out: another account's run makes this one queue.
-    share = module.params["share_nodes"] or module.params["scheduler"] == "slurm"
+    share = plan.request.shares_nodes
     request = {"expect": expect, "interfaces": len(nodes) > 1,
                "board": {"entry": None if module.check_mode else entry, "share": share}}
-    if module.params["expect_packages"]:
-        request["packages"] = {"python": plan.request.python, "expect": module.params["expect_packages"]}
+    if plan.request.expect_packages:
+        request["packages"] = {"python": plan.request.python, "expect": plan.request.expect_packages}
     for look in range(BOARD_LOOKS):
         answers = probe_nodes(nodes, head.name, ssh, plan.request.python, {node.name: request for node in nodes},
                               control_dir=control_dir)

@@ -156,7 +156,7 @@ def board_request(run) -> dict:
     """The run's board entry, as the launch announced it, for every node an attempt is about to
     use or holds (spares): another account's launch onto them is refused while the run lives."""
     plan = run.plan
-    share = bool(plan.request.share_nodes) or plan.request.scheduler == "slurm"  # as the launch's
+    share = plan.request.shares_nodes
     entry = {"run_id": plan.run_id, "head": plan.head, "nodes": [node["name"] for node in plan.request.nodes],
              "world_size": plan.world_size, "started": getattr(run.keeper.record, "started", None) or now_iso()}
     return {"entry": entry, "share": share}

@@ -104,3 +104,10 @@ class LaunchRequest:  # pylint: disable=too-many-instance-attributes
 
     def with_changes(self, **changes: Any) -> LaunchRequest:
         return replace(self, **changes)
+
+    @property
+    def shares_nodes(self) -> bool:
+        """Whether another account's run on the nodes is no reason to refuse this one: asked for
+        (share_nodes), or under Slurm, which shares the nodes out (another's job makes it queue).
+        The launch's check and each attempt's board entry ask this one rule."""
+        return bool(self.share_nodes) or self.scheduler == "slurm"

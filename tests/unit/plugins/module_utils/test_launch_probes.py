@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from ansible_collections.torchfleet.cluster.plugins.module_utils import _launch_probes as launch_probes
+from ansible_collections.torchfleet.cluster.plugins.module_utils._on_node.launch_request import LaunchRequest
 
 
 class Refused(Exception):
@@ -125,7 +126,10 @@ def nodes(monkeypatch):
 
 
 def preflight(module, **kwargs):
-    return launch_probes.preflight_nodes(module, PLAN, "/runs/r1", {"/s/train.py": "abc"}, **kwargs)
+    # The plan's request is the module's parameters, typed, as the launch module makes it.
+    request = LaunchRequest.of({"head": "n0", "python": "/opt/env/bin/python", **module.params})
+    plan = SimpleNamespace(run_id=PLAN.run_id, request=request, nodes=PLAN.nodes)
+    return launch_probes.preflight_nodes(module, plan, "/runs/r1", {"/s/train.py": "abc"}, **kwargs)
 
 
 def test_a_clean_cluster_passes_and_names_the_stale_files(nodes):
