@@ -404,8 +404,7 @@ def start_run(module, request, control_dir):
     package = prepare_run_dir(module, plan, rendered, run_dir, supervisor_plan, result)
     if slurm:
         try:
-            assert script_path is not None and script is not None  # checked_job's, for Slurm
-            write_file(script_path, script.encode())
+            write_file(str(script_path), str(script).encode())  # checked_job's, set for Slurm
         except OSError as err:
             module.fail_json(msg=f"cannot write the batch script {script_path}: {err}", **result)
     result["changed"] = True

@@ -1,6 +1,5 @@
 """Which output a command shows, as the head's follower takes it."""
 
-import signal
 import subprocess
 import sys
 
