@@ -218,8 +218,12 @@ class Progress:
         of the median rate of the others, where that median makes STRAGGLER_MIN_STEPS a window.
         Returns every rank's rate where it has one."""
         rates = {rank: rate for rank, entry in self.ranks.items() if (rate := entry.rate()) is not None}
+        newest = {rank: self.ranks[rank].marks[-1][0] for rank in rates}
         for rank, rate in rates.items():
-            others = sorted(value for other, value in rates.items() if other != rank)
+            # Against the ranks that marked during its window only: a rank's window past a quiet
+            # spell (an evaluation, then the last step) is another time than the others' before it.
+            others = sorted(value for other, value in rates.items()
+                            if other != rank and newest[other] >= newest[rank] - STRAGGLER_WINDOW)
             if not others:
                 continue
             middle = len(others) // 2

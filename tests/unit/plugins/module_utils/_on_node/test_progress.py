@@ -103,6 +103,17 @@ def test_a_rank_that_ended_keeps_the_rate_it_had_and_a_straggler_stays_named():
     assert shown["ranks"]["0"]["rate"] == 2.0 and set(shown["stragglers"]) == {"1"}
 
 
+def test_a_rank_judged_after_a_quiet_spell_is_compared_with_no_rank_whose_marks_are_older():
+    # Rank 0 evaluates for 90 s while the others wait, then every rank marks its last step. Rank
+    # 0's mark is seen first: its window (one step in 30 s) is after the others' newest marks.
+    progress = _progress(nproc=1)
+    _marking(progress, [2.0, 0.5, 2.0], 2 * pg.STRAGGLER_WINDOW)
+    assert set(progress.shown(str)["stragglers"]) == {"1"}
+    progress.saw("/w/node0/x/attempt_0/0/stdout.log", 121, 2 * pg.STRAGGLER_WINDOW + 90)
+    shown = progress.shown(str)
+    assert shown["ranks"]["0"]["rate"] < 0.1 and set(shown["stragglers"]) == {"1"}, shown
+
+
 def test_the_scan_reports_growth_a_carriage_return_redraw_and_the_last_step_mark(tmp_path):
     rank = tmp_path / "workers" / "node1" / "tf-r" / "attempt_0" / "0"
     rank.mkdir(parents=True)
