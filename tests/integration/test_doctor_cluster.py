@@ -31,15 +31,20 @@ def docker_exec(node, *argv):
     return result.stdout
 
 
-def wait_for_sshd(node):
-    """Until `node`'s sshd answers from the head (bounded number of tries, no timing asserted)."""
-    probe = ("import socket,sys\ntry:\n socket.create_connection((sys.argv[1], 22), 2).close()\n"
+def wait_for_listening(address, port, what):
+    """Until something listens at `address`:`port`, seen from the head (bounded number of tries,
+    no timing asserted)."""
+    probe = ("import socket,sys\ntry:\n socket.create_connection((sys.argv[1], int(sys.argv[2])), 2).close()\n"
              "except OSError:\n sys.exit(1)")
-    for attempt in range(60):
-        if run(["docker", "exec", HEAD, "python3", "-c", probe, node], timeout=30).returncode == 0:
+    for _attempt in range(60):
+        if run(["docker", "exec", HEAD, "python3", "-c", probe, address, str(port)], timeout=30).returncode == 0:
             return
         run(["sleep", "1"])
-    pytest.fail(f"sshd of {node} did not come back")
+    pytest.fail(f"{what} never listened")
+
+
+def wait_for_sshd(node):
+    wait_for_listening(node, 22, f"sshd of {node}")
 
 
 # Whether the doctor passed since the last test that broke something: this file's tests run one
@@ -101,6 +106,8 @@ def test_four_things_broken_on_three_nodes_are_each_named_and_nothing_else(healt
         docker_exec(OTHER, "sed", "-i", f"/^{HEAD},.* ssh-ed25519 /d", known_hosts)
         docker_exec(OTHER, ENV_PYTHON, "-m", "pip", "uninstall", "-y", "-q", "mpmath")
         docker_exec(HEAD, "sh", "-c", f"python3 -c \"{holder}\" >/dev/null 2>&1 & echo $! > /tmp/doctor-port.pid")
+        # The holder starts in the background: on a busy machine the doctor could look first.
+        wait_for_listening("127.0.0.1", 29500, "the port's holder")
         docker_exec(WORKER, "sh", "-c", "TORCHFLEET_RUN_ID=tf-doctor-stale sleep 600 >/dev/null 2>&1 & "
                                         "echo $! > /tmp/doctor-stale.pid")
         rc, results = doctor(healthy)
